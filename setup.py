@@ -1,0 +1,93 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Build the veckm_flow_ros package and its torch C++/CUDA extension (veckm_flow_ros._C).
+
+A CPU-only extension is built when the installed torch has no CUDA; a CUDA one when it has, or
+when FORCE_CUDA=1 (compile-only checks on a machine without GPU).
+"""
+
+import glob
+import os
+
+from setuptools import find_packages, setup
+from torch.utils import cpp_extension
+
+PACKAGE_NAME = 'veckm_flow_ros'
+# Anchor on the real path: `colcon build --symlink-install` runs setup.py through a symlink.
+ROOT = os.path.dirname(os.path.realpath(__file__))
+CSRC = os.path.join(ROOT, 'csrc')
+
+
+def _relative(paths):
+    return sorted(os.path.relpath(path, ROOT) for path in paths)
+
+
+def _extension():
+    force_cuda = os.environ.get('FORCE_CUDA', '0') == '1'
+    with_cuda = force_cuda or (cpp_extension.CUDA_HOME is not None and _torch_has_cuda())
+    sources = glob.glob(os.path.join(CSRC, '*.cpp')) + glob.glob(os.path.join(CSRC, 'cpu', '*.cpp'))
+    include_dirs = [CSRC]
+    cxx_flags = ['-O3', '-g0', '-std=c++17', '-fopenmp']
+    extra_link_args = ['-fopenmp']
+    if with_cuda:
+        sources += glob.glob(os.path.join(CSRC, 'cuda', '*.cu'))
+        # nvcc's local toolkit lacks cuBLAS/cuSPARSE headers; the CUDA torch wheel ships them.
+        include_dirs += glob.glob(os.path.join(
+            os.path.dirname(cpp_extension.__file__), '..', '..', '..', 'nvidia', 'cu*', 'include'))
+        extension_class = cpp_extension.CUDAExtension
+        compile_args = {'cxx': cxx_flags, 'nvcc': ['-O3', '--use_fast_math', '-std=c++17']}
+    else:
+        extension_class = cpp_extension.CppExtension
+        compile_args = {'cxx': cxx_flags}
+    return extension_class(
+        name=f'{PACKAGE_NAME}._C',
+        sources=_relative(sources),
+        include_dirs=include_dirs,
+        extra_compile_args=compile_args,
+        extra_link_args=extra_link_args,
+    )
+
+
+def _torch_has_cuda():
+    import torch
+    return torch.version.cuda is not None
+
+
+setup(
+    name=PACKAGE_NAME,
+    version='0.1.0',
+    packages=find_packages(exclude=['test']),
+    ext_modules=[_extension()],
+    cmdclass={'build_ext': cpp_extension.BuildExtension.with_options(no_python_abi_suffix=False)},
+    package_data={PACKAGE_NAME: ['models/*.npz', 'models/*.json', 'data/*']},
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE_NAME]),
+        ('share/' + PACKAGE_NAME, ['package.xml']),
+        ('share/' + PACKAGE_NAME + '/launch', glob.glob('launch/*.launch.py')),
+        ('share/' + PACKAGE_NAME + '/config', glob.glob('config/*.yaml')),
+    ],
+    install_requires=['setuptools', 'numpy'],
+    zip_safe=False,
+    maintainer='veckm_flow_ros maintainers',
+    maintainer_email='veckm-flow-ros@example.com',
+    description='Real-time per-event normal flow for event cameras (VecKM encoding + MLP) on ROS 2.',
+    license='Apache-2.0',
+    entry_points={
+        'console_scripts': [
+            'veckm-flow = veckm_flow_ros.cli:main',
+            'veckm_flow_node = veckm_flow_ros.node:main',
+        ],
+    },
+)

@@ -1,0 +1,45 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Shared fixtures: paths to the project and to the optional shared data beside it."""
+
+import pathlib
+
+import pytest
+
+PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = PROJECT_ROOT.parent / 'shared' / 'data'
+
+
+@pytest.fixture(scope='session')
+def project_root():
+    return PROJECT_ROOT
+
+
+@pytest.fixture(scope='session')
+def recordings_dir():
+    """../shared/data/recordings (real event-camera bags); skips when absent."""
+    path = SHARED_DATA / 'recordings'
+    if not path.is_dir():
+        pytest.skip(f'real recordings not available at {path}')
+    return path
+
+
+@pytest.fixture(scope='session')
+def published_models_dir():
+    """../shared/data/veckm_flow_cpp_models (CC BY-NC weights, never bundled); skips when absent."""
+    path = SHARED_DATA / 'veckm_flow_cpp_models'
+    if not path.is_dir():
+        pytest.skip(f'published VecKM_flow_cpp weights not available at {path}')
+    return path

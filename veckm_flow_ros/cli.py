@@ -1,0 +1,64 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The `veckm-flow` command: one subcommand per module in veckm_flow_ros/commands/.
+
+Each command module defines `register(subparsers)`, which adds its parser and sets
+`func=run` (run(args) -> exit status). Commands are imported lazily by name so that a
+command's heavy imports (torch, rosbags) cost nothing to the others.
+"""
+
+import argparse
+import importlib
+import sys
+
+# Order shown in `veckm-flow --help`.
+COMMANDS = ('info', 'predict', 'replay', 'evaluate', 'simulate', 'train', 'bench', 'demo')
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog='veckm-flow',
+        description='Per-event normal flow for event cameras (VecKM encoding + MLP).')
+    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND')
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f'veckm_flow_ros.commands.{name}')
+        except ModuleNotFoundError as error:
+            if error.name == f'veckm_flow_ros.commands.{name}':
+                continue  # command not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, 'func', None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print('interrupted', file=sys.stderr)
+        return 130
+    except (FileNotFoundError, ValueError) as error:
+        # Expected user errors (bad path, bad bag, bad checkpoint): a message, not a traceback.
+        print(f'veckm-flow {args.command}: error: {error}', file=sys.stderr)
+        return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
