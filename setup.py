@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Build the veckm_flow_ros package and its torch C++/CUDA extension (veckm_flow_ros._C).
+"""
+Build the veckm_flow_ros package and its torch C++/CUDA extension (veckm_flow_ros._C).
 
 A CPU-only extension is built when the installed torch has no CUDA; a CUDA one when it has, or
 when FORCE_CUDA=1 (compile-only checks on a machine without GPU).
@@ -37,7 +38,8 @@ def _relative(paths):
 def _extension():
     force_cuda = os.environ.get('FORCE_CUDA', '0') == '1'
     with_cuda = force_cuda or (cpp_extension.CUDA_HOME is not None and _torch_has_cuda())
-    sources = glob.glob(os.path.join(CSRC, '*.cpp')) + glob.glob(os.path.join(CSRC, 'cpu', '*.cpp'))
+    sources = (glob.glob(os.path.join(CSRC, '*.cpp'))
+               + glob.glob(os.path.join(CSRC, 'cpu', '*.cpp')))
     include_dirs = [CSRC]
     cxx_flags = ['-O3', '-g0', '-std=c++17', '-fopenmp']
     extra_link_args = ['-fopenmp']
@@ -82,7 +84,7 @@ setup(
     zip_safe=False,
     maintainer='veckm_flow_ros maintainers',
     maintainer_email='veckm-flow-ros@example.com',
-    description='Real-time per-event normal flow for event cameras (VecKM encoding + MLP) on ROS 2.',
+    description='Real-time per-event normal flow for event cameras (VecKM + MLP) on ROS 2.',
     license='Apache-2.0',
     entry_points={
         'console_scripts': [

@@ -38,7 +38,7 @@ def recordings_dir():
 
 @pytest.fixture(scope='session')
 def published_models_dir():
-    """../shared/data/veckm_flow_cpp_models (CC BY-NC weights, never bundled); skips when absent."""
+    """../shared/data/veckm_flow_cpp_models (CC BY-NC, never bundled); skips when absent."""
     path = SHARED_DATA / 'veckm_flow_cpp_models'
     if not path.is_dir():
         pytest.skip(f'published VecKM_flow_cpp weights not available at {path}')

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Real-time per-event normal flow for event cameras (VecKM encoding + MLP) on ROS 2.
+"""
+Real-time per-event normal flow for event cameras (VecKM encoding + MLP) on ROS 2.
 
 Data flow: EventPacket bytes -> decode -> EventArray -> window/blocks -> encode (csrc op)
 -> MLP -> flows -> publish / write / plot. Nothing outside `node` imports rclpy.

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The `veckm-flow` command: one subcommand per module in veckm_flow_ros/commands/.
+"""
+The `veckm-flow` command: one subcommand per module in veckm_flow_ros/commands/.
 
 Each command module defines `register(subparsers)`, which adds its parser and sets
 `func=run` (run(args) -> exit status). Commands are imported lazily by name so that a

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""The one event container used by the whole package (decoders, windowing, model, replay).
+"""
+The one event container used by the whole package (decoders, windowing, model, replay).
 
 Times are int64 nanoseconds of *sensor* time; pixel coordinates are uint16 (x right, y down);
 polarity is uint8 (1 = ON / brighter, 0 = OFF). Columns are separate contiguous arrays so that
