@@ -32,6 +32,17 @@ PY="$VENV/bin/python"
 "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), "the ROS 2 wheels need Python 3.11"' \
   || { echo "error: $VENV uses $("$PY" --version); the ROS 2 wheels need Python 3.11" >&2; exit 1; }
 
+# 0. xmllint for the ament_xmllint test (Debian's libxml2-utils), when we may install packages.
+if ! command -v xmllint >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    say "installing xmllint (Debian libxml2-utils)"
+    { apt-get install -y -q libxml2-utils || { apt-get update -q && apt-get install -y -q libxml2-utils; }; } \
+      > /dev/null 2>&1 || echo "warning: could not install libxml2-utils; the xmllint test will skip" >&2
+  else
+    echo "note: xmllint missing (sudo apt-get install libxml2-utils); the xmllint test will skip" >&2
+  fi
+fi
+
 # 1. Python packages.
 req_hash="$(content_hash requirements.txt)"
 if ! stamp_ok requirements "$req_hash"; then
