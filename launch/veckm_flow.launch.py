@@ -1,0 +1,68 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+"""
+Launch veckm_flow_node alone, on an existing events topic.
+
+    ros2 launch veckm_flow_ros veckm_flow.launch.py events_topic:=/event_camera/events
+
+Outputs: /<node_name>/flow (PointCloud2), /<node_name>/flow_image (Image), /diagnostics.
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import Node
+from launch_ros.descriptions import ParameterValue
+from launch_ros.substitutions import FindPackageShare
+
+PACKAGE = 'veckm_flow_ros'
+
+
+def generate_launch_description():
+    """Declare the arguments and the node."""
+    default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
+                                           'veckm_flow.yaml'])
+    arguments = [
+        DeclareLaunchArgument(
+            'events_topic', default_value='/event_camera/events',
+            description='EventPacket topic to subscribe to (remapped onto ~/events).'),
+        DeclareLaunchArgument(
+            'params_file', default_value=default_params,
+            description='YAML file with the node parameters (model, device, block_ms, ...).'),
+        DeclareLaunchArgument(
+            'use_sim_time', default_value='false',
+            description='Use /clock (true when replaying a bag with --clock).'),
+        DeclareLaunchArgument(
+            'node_name', default_value='veckm_flow',
+            description='Node name; outputs are /<node_name>/flow and /<node_name>/flow_image.'),
+        DeclareLaunchArgument(
+            'log_level', default_value='info',
+            description='Logging level of the node (debug, info, warn, error).'),
+    ]
+    node = Node(
+        package=PACKAGE,
+        executable='veckm_flow_node',
+        name=LaunchConfiguration('node_name'),
+        output='screen',
+        parameters=[
+            LaunchConfiguration('params_file'),
+            {'use_sim_time': ParameterValue(LaunchConfiguration('use_sim_time'),
+                                            value_type=bool)},
+        ],
+        remappings=[('~/events', LaunchConfiguration('events_topic'))],
+        arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
+    )
+    return LaunchDescription(arguments + [node])
