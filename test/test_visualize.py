@@ -71,6 +71,16 @@ def test_flows_on_one_pixel_are_averaged_and_outside_ignored():
     assert not image.any()  # the two opposite flows cancel; the others are outside
 
 
+def test_dot_radius_grows_flows_into_empty_pixels():
+    image = visualize.render_flow_image([10, 30], [10, 10], [50, -50], [0, 0], 40, 20,
+                                        max_speed_px_s=50, legend=False, dot_radius_px=2)
+    lit = image.any(axis=2)
+    assert lit[8:13, 8:13].all() and lit[8:13, 28:33].all()
+    assert lit.sum() == 2 * 25
+    assert tuple(image[12, 12]) == (0, 0, 255)  # grown pixels keep their flow's colour
+    assert tuple(image[8, 28]) == (255, 255, 0)
+
+
 def test_legend_present():
     width, height = 320, 240
     empty = visualize.render_flow_image([], [], [], [], width, height, max_speed_px_s=200)

@@ -122,7 +122,8 @@ def mean_flow_per_pixel(x, y, u_px_s, v_px_s, width: int, height: int):
 
 
 def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
-                      max_speed_px_s: float = None, legend: bool = True) -> np.ndarray:
+                      max_speed_px_s: float = None, legend: bool = True,
+                      dot_radius_px: int = 0) -> np.ndarray:
     """
     Colour-wheel image of per-event flow: uint8 (height, width, 3) BGR.
 
@@ -130,17 +131,40 @@ def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
     px/s. Flows on the same pixel are averaged. max_speed_px_s: speed shown at full
     brightness; None picks a nice number above the 95th percentile of the speeds. Pixels
     without flow are black. legend: draw the colour wheel and the max-speed label.
+    dot_radius_px: grow each flow into empty pixels up to this many pixels away (sparse flows
+    are easier to see; 0 = one pixel per flow).
     """
     _check_size(width, height)
     if max_speed_px_s is None:
         max_speed_px_s = auto_max_speed_px_s(u_px_s, v_px_s)
     u_mean, v_mean, count = mean_flow_per_pixel(x, y, u_px_s, v_px_s, width, height)
+    for _ in range(int(dot_radius_px)):
+        u_mean, v_mean, count = _grow_into_empty(u_mean, v_mean, count)
     image = np.zeros((height, width, 3), np.uint8)
     has_flow = count > 0
     image[has_flow] = flow_colors(u_mean[has_flow], v_mean[has_flow], max_speed_px_s)
     if legend:
         draw_color_wheel_legend(image, max_speed_px_s)
     return image
+
+
+def _grow_into_empty(u_mean, v_mean, count):
+    """Give each empty pixel the flow of a non-empty 8-neighbour (one step of dilation)."""
+    height, width = count.shape
+    u_out, v_out, count_out = u_mean.copy(), v_mean.copy(), count.copy()
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            if dx == 0 and dy == 0:
+                continue
+            target = (slice(max(dy, 0), height + min(dy, 0)),
+                      slice(max(dx, 0), width + min(dx, 0)))
+            source = (slice(max(-dy, 0), height + min(-dy, 0)),
+                      slice(max(-dx, 0), width + min(-dx, 0)))
+            fill = (count_out[target] == 0) & (count[source] > 0)
+            u_out[target][fill] = u_mean[source][fill]
+            v_out[target][fill] = v_mean[source][fill]
+            count_out[target][fill] = count[source][fill]
+    return u_out, v_out, count_out
 
 
 def color_wheel(radius_px: int, max_speed_px_s: float = 1.0) -> np.ndarray:
