@@ -1,0 +1,87 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""`veckm-flow replay BAG`: run the node's estimator over a bag offline and write the results."""
+
+import argparse
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        'replay', help='replay an EventPacket bag through the estimator, write flows/pictures',
+        description='Decode an event-camera bag (.db3 / .mcap / bag directory), run the same '
+                    'NormalFlowEstimator as the node, and write any of: a bag with the '
+                    '/veckm_flow/flow PointCloud2 and /veckm_flow/flow_image messages, an npz '
+                    'of per-event flows, an mp4 video, PNG frames. Prints a summary table.',
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument('bag', help='input bag directory or .db3/.mcap file')
+    parser.add_argument('--topic', default=None,
+                        help='event topic (default: the bag\'s only event topic)')
+    parser.add_argument('--model', default=None,
+                        help='model: a shipped model name, an .npz checkpoint, or a published '
+                             'VecKM_flow_cpp folder (default: the shipped default model)')
+    parser.add_argument('--out', default=None, metavar='OUT_BAG',
+                        help='write the flow messages to this new bag directory')
+    parser.add_argument('--storage', default='mcap', choices=('mcap', 'sqlite3'),
+                        help='storage of --out')
+    parser.add_argument('--npz', default=None, metavar='OUT.npz',
+                        help='write per-event flows (t_ns, x, y, u_px_s, v_px_s, ...)')
+    parser.add_argument('--video', default=None, metavar='OUT.mp4', help='write an mp4 video')
+    parser.add_argument('--png-dir', default=None, metavar='DIR', help='write PNG frames here')
+    parser.add_argument('--stride', type=int, default=1, metavar='K',
+                        help='estimate the flow of every K-th event (context uses all)')
+    parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
+    parser.add_argument('--block-ms', type=float, default=5.0,
+                        help='target block length [ms], as the node\'s block_ms')
+    parser.add_argument('--causal', action='store_true',
+                        help='use past context only (lower latency, lower accuracy)')
+    parser.add_argument('--duration', type=float, default=None, metavar='SECONDS',
+                        help='replay only the first SECONDS of sensor time')
+    parser.add_argument('--fps', type=float, default=25.0,
+                        help='picture rate in sensor time [Hz] (video, PNG, flow_image)')
+    parser.add_argument('--max-speed', type=float, default=None, metavar='PX_S',
+                        help='colour scale of the pictures [px/s] (default: from the first '
+                             'frame with flows)')
+    parser.add_argument('--quiet', action='store_true', help='no progress bar')
+    parser.set_defaults(func=run)
+
+
+def options_from_args(args):
+    """Build ReplayOptions from parsed arguments (shared with the demo command)."""
+    from veckm_flow_ros.replay import ReplayOptions
+    if args.stride < 1:
+        raise ValueError(f'--stride must be >= 1, got {args.stride}')
+    if args.fps <= 0:
+        raise ValueError(f'--fps must be > 0, got {args.fps}')
+    if args.block_ms <= 0:
+        raise ValueError(f'--block-ms must be > 0, got {args.block_ms}')
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError(f'--duration must be > 0 seconds, got {args.duration}')
+    return ReplayOptions(topic=args.topic, device=args.device, block_s=args.block_ms * 1e-3,
+                         causal=args.causal, target_stride=args.stride,
+                         duration_s=args.duration, frame_rate_hz=args.fps,
+                         max_speed_px_s=args.max_speed, progress=not args.quiet)
+
+
+def run(args) -> int:
+    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.replay import replay_bag, ReplayOutputs
+    options = options_from_args(args)
+    outputs = ReplayOutputs(bag=args.out, npz=args.npz, video=args.video,
+                            png_dir=args.png_dir, bag_storage=args.storage)
+    model = load_model(args.model)
+    summary = replay_bag(args.bag, model, options, outputs)
+    print(f'model  {getattr(model, "name", args.model)}')
+    print(summary.table())
+    return 0
