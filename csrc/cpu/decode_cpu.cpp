@@ -1,0 +1,475 @@
+// Copyright 2026 The veckm_flow_ros Authors
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+// CPU kernels of the EventPacket decoders (schemas and output conventions: ../decode.cpp).
+//
+// The buffers are untrusted: every read is bounded by the buffer length and every write by an
+// output size computed from the same buffer in a first counting pass (an upper bound on the
+// number of events), so no byte pattern can index outside memory. Time arithmetic is done in
+// uint64 so that adversarial rollover counts wrap instead of overflowing a signed integer.
+// All formats are little-endian; words are assembled from bytes, independent of the host.
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace veckm_flow {
+namespace {
+
+// Indices into the `stats` output.
+constexpr int64_t kStatOutOfBounds = 0;
+constexpr int64_t kStatUnknownWords = 1;
+constexpr int64_t kStatTrailingBytes = 2;
+constexpr int64_t kStatInvalidTimestamps = 3;
+constexpr int64_t kNumStats = 4;
+
+constexpr int64_t kEvt3StateSize = 6;
+constexpr int64_t kLibcaerCmpStateSize = 3;
+
+// A 24-bit EVT3 time_high step back by at most this many units (4.096 ms each) is jitter,
+// not a wrap of the 16.777 s counter.
+constexpr uint64_t kEvt3MaxTimeHighJitter = 10;
+// libcaer's int32 microsecond counter wraps at 2^31.
+constexpr uint64_t kLibcaerWrapNs = (uint64_t{1} << 31) * 1000;
+
+inline uint16_t ReadU16(const uint8_t* bytes) {
+  return static_cast<uint16_t>(bytes[0] | (bytes[1] << 8));
+}
+
+inline uint32_t ReadU32(const uint8_t* bytes) {
+  return static_cast<uint32_t>(bytes[0]) | (static_cast<uint32_t>(bytes[1]) << 8) |
+         (static_cast<uint32_t>(bytes[2]) << 16) | (static_cast<uint32_t>(bytes[3]) << 24);
+}
+
+inline uint64_t ReadU64(const uint8_t* bytes) {
+  return static_cast<uint64_t>(ReadU32(bytes)) |
+         (static_cast<uint64_t>(ReadU32(bytes + 4)) << 32);
+}
+
+void CheckBuffer(const at::Tensor& buffer) {
+  TORCH_CHECK(buffer.device().is_cpu(), "buffer must be a CPU tensor, got ", buffer.device());
+  TORCH_CHECK(buffer.scalar_type() == at::kByte, "buffer must be uint8, got ",
+              buffer.scalar_type());
+  TORCH_CHECK(buffer.dim() == 1, "buffer must be 1-D (bytes), got shape ", buffer.sizes());
+  TORCH_CHECK(buffer.is_contiguous(), "buffer must be contiguous");
+}
+
+void CheckState(const at::Tensor& state, int64_t size) {
+  TORCH_CHECK(state.device().is_cpu(), "state must be a CPU tensor, got ", state.device());
+  TORCH_CHECK(state.scalar_type() == at::kLong, "state must be int64, got ", state.scalar_type());
+  TORCH_CHECK(state.dim() == 1 && state.size(0) == size, "state must have shape (", size,
+              "), got ", state.sizes());
+  TORCH_CHECK(state.is_contiguous(), "state must be contiguous");
+}
+
+// Coordinates are uint16: a sensor wider than 65535 keeps every coordinate.
+uint32_t CheckExtent(int64_t extent, const char* name) {
+  TORCH_CHECK(extent >= 0, name, " must be >= 0, got ", extent);
+  return static_cast<uint32_t>(extent > 65536 ? 65536 : extent);
+}
+
+// Output columns sized by an upper bound; Finish() trims them to what was written.
+struct EventColumns {
+  at::Tensor t_ns, x, y, p;
+  int64_t* t_ptr;
+  uint16_t* x_ptr;
+  uint16_t* y_ptr;
+  uint8_t* p_ptr;
+  int64_t count = 0;
+
+  explicit EventColumns(int64_t capacity)
+      : t_ns(at::empty({capacity}, at::kLong)),
+        x(at::empty({capacity}, at::kUInt16)),
+        y(at::empty({capacity}, at::kUInt16)),
+        p(at::empty({capacity}, at::kByte)),
+        t_ptr(t_ns.data_ptr<int64_t>()),
+        x_ptr(static_cast<uint16_t*>(x.data_ptr())),
+        y_ptr(static_cast<uint16_t*>(y.data_ptr())),
+        p_ptr(p.data_ptr<uint8_t>()) {}
+
+  inline void Push(uint64_t t, uint16_t ex, uint16_t ey, uint8_t polarity) {
+    t_ptr[count] = static_cast<int64_t>(t);
+    x_ptr[count] = ex;
+    y_ptr[count] = ey;
+    p_ptr[count] = polarity;
+    ++count;
+  }
+
+  void Finish() {
+    t_ns = t_ns.narrow(0, 0, count);
+    x = x.narrow(0, 0, count);
+    y = y.narrow(0, 0, count);
+    p = p.narrow(0, 0, count);
+  }
+};
+
+// ------------------------------------------------------------------------------------------
+// EVT 3.0. state = (time_high_us incl. rollover bits, time_low_us, flags, y, base_x, polarity),
+// flags bit 0: time valid (a TIME_LOW followed a TIME_HIGH), bit 1: a TIME_HIGH was seen.
+enum Evt3Code : uint16_t {
+  kEvt3AddrY = 0,
+  kEvt3AddrX = 2,
+  kEvt3VectBaseX = 3,
+  kEvt3Vect12 = 4,
+  kEvt3Vect8 = 5,
+  kEvt3TimeLow = 6,
+  kEvt3Continued4 = 7,
+  kEvt3TimeHigh = 8,
+  kEvt3Padding = 9,
+  kEvt3ExtTrigger = 10,
+  kEvt3Others = 14,
+  kEvt3Continued12 = 15,
+};
+
+inline uint64_t Evt3UpdateTimeHigh(uint64_t time_high, uint16_t payload) {
+  const uint64_t last = (time_high >> 12) & 0xFFF;
+  const uint64_t next = payload;
+  if (next < last && last - next > kEvt3MaxTimeHighJitter) {
+    time_high += uint64_t{1} << 24;
+  }
+  return (time_high & ~((uint64_t{1} << 24) - 1)) | (next << 12);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+           at::Tensor>
+decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int64_t height) {
+  CheckBuffer(buffer);
+  CheckState(state, kEvt3StateSize);
+  const uint32_t width_px = CheckExtent(width, "width");
+  const uint32_t height_px = CheckExtent(height, "height");
+  const uint8_t* bytes = buffer.data_ptr<uint8_t>();
+  const int64_t num_words = buffer.size(0) / 2;
+
+  // Pass 1: upper bounds on CD events and triggers.
+  int64_t max_events = 0;
+  int64_t max_triggers = 0;
+  for (int64_t i = 0; i < num_words; ++i) {
+    const uint16_t word = ReadU16(bytes + 2 * i);
+    switch (word >> 12) {
+      case kEvt3AddrX: max_events += 1; break;
+      case kEvt3Vect12: max_events += __builtin_popcount(word & 0xFFF); break;
+      case kEvt3Vect8: max_events += __builtin_popcount(word & 0xFF); break;
+      case kEvt3ExtTrigger: max_triggers += 1; break;
+      default: break;
+    }
+  }
+
+  EventColumns events(max_events);
+  at::Tensor trigger_t_ns = at::empty({max_triggers}, at::kLong);
+  at::Tensor trigger_channel = at::empty({max_triggers}, at::kByte);
+  at::Tensor trigger_edge = at::empty({max_triggers}, at::kByte);
+  int64_t* trigger_t_ptr = trigger_t_ns.data_ptr<int64_t>();
+  uint8_t* trigger_channel_ptr = trigger_channel.data_ptr<uint8_t>();
+  uint8_t* trigger_edge_ptr = trigger_edge.data_ptr<uint8_t>();
+  int64_t num_triggers = 0;
+  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 2, 0};
+
+  int64_t* s = state.data_ptr<int64_t>();
+  uint64_t time_high = static_cast<uint64_t>(s[0]);
+  uint64_t time_low = static_cast<uint64_t>(s[1]) & 0xFFF;
+  bool time_valid = (s[2] & 1) != 0;
+  bool seen_time_high = (s[2] & 2) != 0;
+  uint16_t y = static_cast<uint16_t>(s[3]);
+  uint16_t base_x = static_cast<uint16_t>(s[4]);
+  uint8_t vector_polarity = static_cast<uint8_t>(s[5] & 1);
+
+  int64_t i = 0;
+  // Until the time is known only time words count (as in the reference decoder).
+  for (; !time_valid && i < num_words; ++i) {
+    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t code = word >> 12;
+    if (code == kEvt3TimeHigh) {
+      time_high = Evt3UpdateTimeHigh(time_high, word & 0xFFF);
+      seen_time_high = true;
+    } else if (code == kEvt3TimeLow) {
+      time_low = word & 0xFFF;
+      time_valid = seen_time_high;
+    }
+  }
+
+  for (; i < num_words; ++i) {
+    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t code = word >> 12;
+    switch (code) {
+      case kEvt3AddrY:
+        y = word & 0x7FF;
+        break;
+      case kEvt3AddrX: {
+        const uint16_t x = word & 0x7FF;
+        if (x < width_px && y < height_px) {
+          events.Push((time_high | time_low) * 1000, x, y, (word >> 11) & 1);
+        } else {
+          ++stats[kStatOutOfBounds];
+        }
+        break;
+      }
+      case kEvt3VectBaseX:
+        base_x = word & 0x7FF;
+        vector_polarity = (word >> 11) & 1;
+        break;
+      case kEvt3Vect12:
+      case kEvt3Vect8: {
+        const bool is12 = code == kEvt3Vect12;
+        uint32_t mask = word & (is12 ? 0xFFF : 0xFF);
+        const uint64_t t = (time_high | time_low) * 1000;
+        while (mask != 0) {
+          const int bit = __builtin_ctz(mask);
+          mask &= mask - 1;
+          const uint16_t x = static_cast<uint16_t>(base_x + bit);
+          if (x < width_px && y < height_px) {
+            events.Push(t, x, y, vector_polarity);
+          } else {
+            ++stats[kStatOutOfBounds];
+          }
+        }
+        base_x = static_cast<uint16_t>(base_x + (is12 ? 12 : 8));
+        break;
+      }
+      case kEvt3TimeLow:
+        time_low = word & 0xFFF;
+        break;
+      case kEvt3TimeHigh:
+        time_high = Evt3UpdateTimeHigh(time_high, word & 0xFFF);
+        break;
+      case kEvt3ExtTrigger:
+        trigger_t_ptr[num_triggers] = static_cast<int64_t>((time_high | time_low) * 1000);
+        trigger_channel_ptr[num_triggers] = (word >> 8) & 0xF;
+        trigger_edge_ptr[num_triggers] = word & 1;
+        ++num_triggers;
+        break;
+      case kEvt3Continued4:
+      case kEvt3Padding:
+      case kEvt3Others:
+      case kEvt3Continued12:
+        break;
+      default:
+        ++stats[kStatUnknownWords];
+        break;
+    }
+  }
+
+  s[0] = static_cast<int64_t>(time_high);
+  s[1] = static_cast<int64_t>(time_low);
+  s[2] = (time_valid ? 1 : 0) | (seen_time_high ? 2 : 0);
+  s[3] = y;
+  s[4] = base_x;
+  s[5] = vector_polarity;
+
+  events.Finish();
+  return {events.t_ns,
+          events.x,
+          events.y,
+          events.p,
+          trigger_t_ns.narrow(0, 0, num_triggers),
+          trigger_channel.narrow(0, 0, num_triggers),
+          trigger_edge.narrow(0, 0, num_triggers),
+          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+}
+
+// ------------------------------------------------------------------------------------------
+// libcaer_cmp. state = (x, base_y, polarity); the time restarts at time_base_ns per message.
+enum LibcaerCmpCode : uint16_t {
+  kCmpTimeHigh = 0,
+  kCmpTimeLow = 1,
+  kCmpAddrX = 2,
+  kCmpAddrY = 3,
+  kCmpVectBaseY = 4,
+  kCmpVect8 = 5,
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_libcaer_cmp_cpu(
+    const at::Tensor& buffer, at::Tensor& state, int64_t time_base_ns, int64_t width,
+    int64_t height) {
+  CheckBuffer(buffer);
+  CheckState(state, kLibcaerCmpStateSize);
+  const uint32_t width_px = CheckExtent(width, "width");
+  const uint32_t height_px = CheckExtent(height, "height");
+  const uint8_t* bytes = buffer.data_ptr<uint8_t>();
+  const int64_t num_words = buffer.size(0) / 2;
+
+  int64_t max_events = 0;
+  for (int64_t i = 0; i < num_words; ++i) {
+    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t code = word >> 12;
+    max_events += code == kCmpAddrY ? 1 : (code == kCmpVect8 ? __builtin_popcount(word & 0xFF) : 0);
+  }
+
+  EventColumns events(max_events);
+  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 2, 0};
+  int64_t* s = state.data_ptr<int64_t>();
+  uint16_t x = static_cast<uint16_t>(s[0]);
+  uint16_t base_y = static_cast<uint16_t>(s[1]);
+  uint8_t vector_polarity = static_cast<uint8_t>(s[2] & 1);
+  const uint64_t time_base = static_cast<uint64_t>(time_base_ns);
+  uint64_t time_high = 0;
+  uint64_t time_low = 0;
+
+  for (int64_t i = 0; i < num_words; ++i) {
+    const uint16_t word = ReadU16(bytes + 2 * i);
+    switch (word >> 12) {
+      case kCmpTimeHigh:
+        time_high = static_cast<uint64_t>(word & 0xFFF) << 12;
+        break;
+      case kCmpTimeLow:
+        time_low = word & 0xFFF;
+        break;
+      case kCmpAddrX:
+        x = word & 0x7FF;
+        break;
+      case kCmpAddrY: {
+        const uint16_t y = word & 0x7FF;
+        if (x < width_px && y < height_px) {
+          events.Push(time_base + (time_high | time_low) * 1000, x, y, (word >> 11) & 1);
+        } else {
+          ++stats[kStatOutOfBounds];
+        }
+        break;
+      }
+      case kCmpVectBaseY:
+        base_y = word & 0x7FF;
+        vector_polarity = (word >> 11) & 1;
+        break;
+      case kCmpVect8: {
+        uint32_t mask = word & 0xFF;
+        const uint64_t t = time_base + (time_high | time_low) * 1000;
+        while (mask != 0) {
+          const int bit = __builtin_ctz(mask);
+          mask &= mask - 1;
+          const uint16_t y = static_cast<uint16_t>(base_y + bit);
+          if (x < width_px && y < height_px) {
+            events.Push(t, x, y, vector_polarity);
+          } else {
+            ++stats[kStatOutOfBounds];
+          }
+        }
+        base_y = static_cast<uint16_t>(base_y + 8);
+        break;
+      }
+      default:
+        ++stats[kStatUnknownWords];
+        break;
+    }
+  }
+
+  s[0] = x;
+  s[1] = base_y;
+  s[2] = vector_polarity;
+  events.Finish();
+  return {events.t_ns, events.x, events.y, events.p,
+          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+}
+
+// ------------------------------------------------------------------------------------------
+// libcaer: 8 bytes per event, uint32 data (polarity bit 1, y bits 16..2, x bits 31..17) and
+// int32 ts_us. A negative ts_us is invalid (libcaer counts from 0); a decrease is a wrap.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_libcaer_cpu(
+    const at::Tensor& buffer, int64_t time_base_ns, int64_t width, int64_t height) {
+  CheckBuffer(buffer);
+  const uint32_t width_px = CheckExtent(width, "width");
+  const uint32_t height_px = CheckExtent(height, "height");
+  const uint8_t* bytes = buffer.data_ptr<uint8_t>();
+  const int64_t num_records = buffer.size(0) / 8;
+
+  EventColumns events(num_records);
+  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 8, 0};
+  uint64_t time_high = static_cast<uint64_t>(time_base_ns);
+  int64_t last_ts_us = 0;
+  for (int64_t i = 0; i < num_records; ++i) {
+    const uint32_t data = ReadU32(bytes + 8 * i);
+    const int64_t ts_us = static_cast<int32_t>(ReadU32(bytes + 8 * i + 4));
+    if (ts_us < 0) {
+      ++stats[kStatInvalidTimestamps];
+      continue;
+    }
+    if (ts_us < last_ts_us) {
+      time_high += kLibcaerWrapNs;
+    }
+    last_ts_us = ts_us;
+    const uint32_t x = (data >> 17) & 0x7FFF;
+    const uint32_t y = (data >> 2) & 0x7FFF;
+    if (x < width_px && y < height_px) {
+      events.Push(time_high + static_cast<uint64_t>(ts_us) * 1000, x, y, (data >> 1) & 1);
+    } else {
+      ++stats[kStatOutOfBounds];
+    }
+  }
+  events.Finish();
+  return {events.t_ns, events.x, events.y, events.p,
+          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+}
+
+// ------------------------------------------------------------------------------------------
+// mono: uint64 per event: dt_ns bits 31..0, x bits 47..32, y bits 62..48, polarity bit 63.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_mono_cpu(
+    const at::Tensor& buffer, int64_t time_base_ns, int64_t width, int64_t height) {
+  CheckBuffer(buffer);
+  const uint32_t width_px = CheckExtent(width, "width");
+  const uint32_t height_px = CheckExtent(height, "height");
+  const uint8_t* bytes = buffer.data_ptr<uint8_t>();
+  const int64_t num_records = buffer.size(0) / 8;
+
+  EventColumns events(num_records);
+  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 8, 0};
+  const uint64_t time_base = static_cast<uint64_t>(time_base_ns);
+  for (int64_t i = 0; i < num_records; ++i) {
+    const uint64_t word = ReadU64(bytes + 8 * i);
+    const uint16_t x = static_cast<uint16_t>(word >> 32);
+    const uint16_t y = static_cast<uint16_t>((word >> 48) & 0x7FFF);
+    if (x < width_px && y < height_px) {
+      events.Push(time_base + (word & 0xFFFFFFFFu), x, y, static_cast<uint8_t>(word >> 63));
+    } else {
+      ++stats[kStatOutOfBounds];
+    }
+  }
+  events.Finish();
+  return {events.t_ns, events.x, events.y, events.p,
+          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+}
+
+// trigger: the mono layout with the channel in bits 62..48 (kept modulo 256) and edge bit 63.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_trigger_cpu(
+    const at::Tensor& buffer, int64_t time_base_ns) {
+  CheckBuffer(buffer);
+  const uint8_t* bytes = buffer.data_ptr<uint8_t>();
+  const int64_t num_records = buffer.size(0) / 8;
+  at::Tensor t_ns = at::empty({num_records}, at::kLong);
+  at::Tensor channel = at::empty({num_records}, at::kByte);
+  at::Tensor edge = at::empty({num_records}, at::kByte);
+  int64_t* t_ptr = t_ns.data_ptr<int64_t>();
+  uint8_t* channel_ptr = channel.data_ptr<uint8_t>();
+  uint8_t* edge_ptr = edge.data_ptr<uint8_t>();
+  const uint64_t time_base = static_cast<uint64_t>(time_base_ns);
+  for (int64_t i = 0; i < num_records; ++i) {
+    const uint64_t word = ReadU64(bytes + 8 * i);
+    t_ptr[i] = static_cast<int64_t>(time_base + (word & 0xFFFFFFFFu));
+    channel_ptr[i] = static_cast<uint8_t>((word >> 48) & 0xFF);
+    edge_ptr[i] = static_cast<uint8_t>(word >> 63);
+  }
+  const int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 8, 0};
+  return {t_ns, channel, edge, at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(veckm_flow, CPU, m) {
+  m.impl("decode_evt3", &decode_evt3_cpu);
+  m.impl("decode_libcaer_cmp", &decode_libcaer_cmp_cpu);
+  m.impl("decode_libcaer", &decode_libcaer_cpu);
+  m.impl("decode_mono", &decode_mono_cpu);
+  m.impl("decode_trigger", &decode_trigger_cpu);
+}
+
+}  // namespace veckm_flow

@@ -1,0 +1,308 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Read and write ROS 2 bags (.db3 / .mcap) of event-camera packets without ROS, via rosbags.
+
+Reads `event_camera_msgs/msg/EventPacket` and the older, field-identical
+`event_array_msgs/msg/EventArray`. The message types are registered from their definition text,
+so no ROS install is needed. A bag is a directory with metadata.yaml or a single .db3/.mcap
+file. The user's bag is never modified: a Jazzy mcap whose metadata.yaml has an empty
+`storage_identifier` is opened through a temporary directory with a patched copy of the
+metadata (the data files are linked, not copied).
+
+    with EventBag(path) as bag:
+        print(bag.event_topics())                  # {'/event_camera/events': TopicSummary}
+        for item in bag.messages():                # BagMessage per EventPacket, in log order
+            item.msg.encoding, item.msg.events     # events: numpy uint8 array
+"""
+
+from dataclasses import dataclass
+import os
+import pathlib
+import shutil
+import tempfile
+from typing import Iterator, Optional, Sequence, Union
+
+EVENT_PACKET_TYPE = 'event_camera_msgs/msg/EventPacket'
+EVENT_ARRAY_TYPE = 'event_array_msgs/msg/EventArray'
+# Message types holding encoded events; both have the same fields.
+EVENT_TYPES = (EVENT_PACKET_TYPE, EVENT_ARRAY_TYPE)
+
+EVENT_PACKET_DEFINITION = """\
+std_msgs/Header header
+uint32 height
+uint32 width
+uint64 seq
+uint64 time_base
+string encoding
+bool is_bigendian
+uint8[] events
+"""
+
+_STORAGE_BY_SUFFIX = {'.mcap': 'mcap', '.db3': 'sqlite3'}
+
+PathLike = Union[str, os.PathLike]
+
+
+@dataclass
+class TopicSummary:
+    """One topic of a bag: its message type name and message count."""
+
+    topic: str
+    msgtype: str
+    message_count: int
+
+
+@dataclass
+class BagMessage:
+    """
+    One deserialised event message.
+
+    topic: topic name; msgtype: message type name; stamp_ns: header stamp (ROS time, ns);
+    log_time_ns: time the recorder received it (ns); msg: the message, with fields header,
+    height, width, seq, time_base, encoding, is_bigendian and events (numpy uint8[N]).
+    """
+
+    topic: str
+    msgtype: str
+    stamp_ns: int
+    log_time_ns: int
+    msg: object
+
+
+def make_typestore():
+    """Return a rosbags typestore (ROS 2 Humble base) with the event message types registered."""
+    from rosbags.typesys import get_types_from_msg, get_typestore, Stores
+    typestore = get_typestore(Stores.ROS2_HUMBLE)
+    types = {}
+    for name in EVENT_TYPES:
+        types.update(get_types_from_msg(EVENT_PACKET_DEFINITION, name))
+    typestore.register(types)
+    return typestore
+
+
+def _read_metadata(bag_dir: pathlib.Path) -> dict:
+    from ruamel.yaml import YAML
+    try:
+        return YAML(typ='safe').load((bag_dir / 'metadata.yaml').read_text())
+    except Exception as error:  # noqa: B902  (any parse error means a corrupt bag)
+        raise ValueError(
+            f'cannot read bag metadata {bag_dir / "metadata.yaml"}: {error}') from None
+
+
+def _needs_storage_patch(bag_dir: pathlib.Path) -> Optional[str]:
+    """Return the storage identifier to write when metadata.yaml lacks one, else None."""
+    metadata = _read_metadata(bag_dir)
+    info = metadata.get('rosbag2_bagfile_information') if isinstance(metadata, dict) else None
+    if not isinstance(info, dict) or info.get('storage_identifier'):
+        return None
+    suffixes = {pathlib.PurePath(name).suffix for name in info.get('relative_file_paths') or []}
+    if len(suffixes) != 1 or next(iter(suffixes)) not in _STORAGE_BY_SUFFIX:
+        raise ValueError(
+            f'bag {bag_dir} has an empty storage_identifier and data files {sorted(suffixes)} '
+            'from which it cannot be inferred; set storage_identifier in metadata.yaml')
+    return _STORAGE_BY_SUFFIX[next(iter(suffixes))]
+
+
+class EventBag:
+    """
+    A ROS 2 bag opened for reading event messages; use as a context manager.
+
+    Raises FileNotFoundError when the path does not exist and ValueError (naming the path) when
+    the bag cannot be opened or a message cannot be read (corrupt or truncated bag).
+    """
+
+    def __init__(self, path: PathLike):
+        self.path = pathlib.Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f'bag not found: {self.path}')
+        self._reader = None
+        self._tmpdir = None
+        self._typestore = make_typestore()
+
+    def __enter__(self) -> 'EventBag':
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+        return False
+
+    def open(self):  # noqa: A003  (the reader idiom: open/close)
+        """Open the bag (patching a missing storage identifier in a temporary copy)."""
+        from rosbags.rosbag2 import Reader
+        open_path = self.path
+        try:
+            if self.path.is_dir():
+                if not (self.path / 'metadata.yaml').is_file():
+                    raise ValueError(
+                        f'{self.path} is a directory without metadata.yaml: not a ROS 2 bag')
+                storage = _needs_storage_patch(self.path)
+                if storage is not None:
+                    open_path = self._patched_copy(storage)
+            elif self.path.suffix not in _STORAGE_BY_SUFFIX:
+                raise ValueError(
+                    f'{self.path}: unknown bag file type {self.path.suffix!r}; expected a bag '
+                    'directory or a .db3 / .mcap file')
+            self._reader = Reader(open_path)
+            self._reader.open()
+        except ValueError:
+            self.close()
+            raise
+        except Exception as error:  # noqa: B902  (rosbags raises many types for corrupt bags)
+            self.close()
+            raise ValueError(f'cannot open bag {self.path}: {error}') from None
+
+    def _patched_copy(self, storage: str) -> pathlib.Path:
+        from ruamel.yaml import YAML
+        self._tmpdir = tempfile.TemporaryDirectory(prefix='veckm_flow_bag_')
+        copy_dir = pathlib.Path(self._tmpdir.name) / self.path.name
+        copy_dir.mkdir()
+        metadata = _read_metadata(self.path)
+        metadata['rosbag2_bagfile_information']['storage_identifier'] = storage
+        for name in metadata['rosbag2_bagfile_information'].get('relative_file_paths') or []:
+            source = (self.path / pathlib.PurePath(name).name).resolve()
+            target = copy_dir / pathlib.PurePath(name).name
+            try:
+                target.symlink_to(source)
+            except OSError:
+                shutil.copyfile(source, target)
+        with open(copy_dir / 'metadata.yaml', 'w') as stream:
+            YAML(typ='safe').dump(metadata, stream)
+        return copy_dir
+
+    def close(self):
+        """Close the bag and remove any temporary patched copy."""
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            except Exception:  # noqa: B902  (closing a half-open reader must not mask errors)
+                pass
+            self._reader = None
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+    def topics(self) -> dict:
+        """All topics: {name: TopicSummary}."""
+        self._check_open()
+        return {name: TopicSummary(name, info.msgtype or '', info.msgcount)
+                for name, info in sorted(self._reader.topics.items())}
+
+    def event_topics(self) -> dict:
+        """Topics of EventPacket (or EventArray) messages: {name: TopicSummary}."""
+        return {name: summary for name, summary in self.topics().items()
+                if summary.msgtype in EVENT_TYPES}
+
+    def messages(self, topics: Optional[Sequence[str]] = None) -> Iterator[BagMessage]:
+        """
+        Yield the event messages of `topics` (default: all event topics) in log order.
+
+        Raises ValueError for a topic that is not an event topic of this bag.
+        """
+        self._check_open()
+        event_topics = self.event_topics()
+        if topics is None:
+            topics = list(event_topics)
+        for topic in topics:
+            if topic not in event_topics:
+                raise ValueError(
+                    f'topic {topic!r} is not an event topic of {self.path}; '
+                    f'event topics: {sorted(event_topics) or "none"}')
+        connections = [c for c in self._reader.connections
+                       if c.topic in topics and c.msgtype in EVENT_TYPES]
+        if not connections:
+            return
+        iterator = self._reader.messages(connections=connections)
+        while True:
+            try:
+                connection, log_time_ns, raw = next(iterator)
+                msg = self._typestore.deserialize_cdr(raw, connection.msgtype)
+            except StopIteration:
+                return
+            except Exception as error:  # noqa: B902  (corrupt storage or CDR payload)
+                raise ValueError(f'corrupt message in bag {self.path}: {error}') from None
+            stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+            yield BagMessage(connection.topic, connection.msgtype, stamp_ns, log_time_ns, msg)
+
+    def _check_open(self):
+        if self._reader is None:
+            raise ValueError(f'bag {self.path} is not open; use `with EventBag(path) as bag:`')
+
+
+def list_event_topics(path: PathLike) -> dict:
+    """Event topics of the bag at `path`: {name: TopicSummary}."""
+    with EventBag(path) as bag:
+        return bag.event_topics()
+
+
+def read_event_messages(path: PathLike, topics: Optional[Sequence[str]] = None
+                        ) -> Iterator[BagMessage]:
+    """Yield BagMessage for each event message of `topics` (default all) of the bag at `path`."""
+    with EventBag(path) as bag:
+        yield from bag.messages(topics)
+
+
+class EventBagWriter:
+    """
+    Write EventPacket messages to a new ROS 2 bag (mcap by default, or sqlite3 .db3).
+
+        with EventBagWriter(out_dir) as writer:
+            writer.write('/event_camera/events', stamp_ns, encoding='evt3', events=buffer,
+                         width=640, height=480, seq=0, time_base=0)
+
+    The bag directory must not exist yet (rosbags refuses to overwrite).
+    """
+
+    def __init__(self, path: PathLike, storage: str = 'mcap', frame_id: str = 'event_camera'):
+        from rosbags.rosbag2 import StoragePlugin, Writer
+        if storage not in ('mcap', 'sqlite3'):
+            raise ValueError(f'storage must be "mcap" or "sqlite3", got {storage!r}')
+        self.path = pathlib.Path(path)
+        if self.path.exists():
+            raise ValueError(f'bag output {self.path} already exists; choose a new path')
+        plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
+        self.frame_id = frame_id
+        self._typestore = make_typestore()
+        self._writer = Writer(self.path, version=9, storage_plugin=plugin)
+        self._connections = {}
+
+    def __enter__(self) -> 'EventBagWriter':
+        self._writer.open()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._writer.close()
+        return False
+
+    def write(self, topic: str, stamp_ns: int, *, encoding: str, events, width: int,
+              height: int, seq: int, time_base: int = 0, log_time_ns: Optional[int] = None):
+        """Append one EventPacket; events: bytes-like of the encoded events."""
+        import numpy as np
+        types = self._typestore.types
+        if topic not in self._connections:
+            self._connections[topic] = self._writer.add_connection(
+                topic, EVENT_PACKET_TYPE, typestore=self._typestore)
+        header = types['std_msgs/msg/Header'](
+            stamp=types['builtin_interfaces/msg/Time'](
+                sec=int(stamp_ns) // 1_000_000_000, nanosec=int(stamp_ns) % 1_000_000_000),
+            frame_id=self.frame_id)
+        msg = types[EVENT_PACKET_TYPE](
+            header=header, height=int(height), width=int(width), seq=int(seq),
+            time_base=int(time_base), encoding=encoding, is_bigendian=False,
+            events=np.frombuffer(bytes(events), dtype=np.uint8))
+        raw = self._typestore.serialize_cdr(msg, EVENT_PACKET_TYPE)
+        self._writer.write(self._connections[topic],
+                           int(stamp_ns if log_time_ns is None else log_time_ns), raw)
