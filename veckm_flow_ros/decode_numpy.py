@@ -195,7 +195,7 @@ def decode_libcaer_cmp(buffer, state, time_base_ns, width, height):
 
 
 def decode_libcaer(buffer, time_base_ns, width, height):
-    """Decode libcaer polarity events: uint32 data, int32 ts_us; a decrease of ts_us is a 2^31 wrap."""
+    """Decode libcaer events: uint32 data, int32 ts_us; a decrease of ts_us is a 2^31 wrap."""
     _check_extent(width, height)
     trailing = len(buffer) % 8
     records = buffer[:len(buffer) - trailing].view(np.dtype([('data', '<u4'), ('ts', '<i4')]))
