@@ -1,0 +1,624 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Event-camera simulator with exact per-event ground-truth optical flow.
+
+A scene is a stack of textured layers (a background and optional occluding objects). Each
+layer moves under a linear motion field
+
+    x(t) = c(t) + expm(L t) (x(0) - c(0)),   c(t) = c(0) + v t,
+    flow(x, t) = v + L (x - c(t))   [px/s]
+
+which covers translation (L = 0), rotation (L = w J), zoom (L = k I), general affine motion and,
+per object, independent motions with occlusion. The log intensity of every pixel centre is
+rendered at small time steps; events are emitted where it crosses the pixel's contrast
+threshold, at the crossing time interpolated linearly between the two render steps. Each event
+carries the analytic motion field of the layer that owns its pixel at that time: exact ground
+truth, independent of the rendering.
+
+Sensor effects: per-pixel ON/OFF thresholds (Gaussian spread), a refractory period (crossings
+closer than it to the pixel's previous event are dropped; the reference level still advances),
+and uniform background-activity noise events (marked, ground truth NaN). Timestamps are rounded
+to the sensor resolution (1 us by default).
+
+Everything is vectorised over pixels (numpy); a 346x260 scene runs at millions of events per
+minute on one CPU core.
+"""
+
+from dataclasses import asdict, dataclass, field
+import json
+import math
+from typing import List, Optional
+
+import cv2
+import numpy as np
+
+from veckm_flow_ros.events import EventArray
+
+TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'gratings', 'blobs')
+MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects')
+
+# Held-out split: the training recipe never sees these textures or motions (see train.py).
+TRAIN_TEXTURES = ('noise', 'edges', 'checker', 'polygons')
+TRAIN_MOTIONS = ('translation', 'rotation', 'zoom', 'objects')
+HELDOUT_TEXTURES = ('gratings', 'blobs')
+HELDOUT_MOTIONS = ('affine',)
+
+# A layer owns a pixel (and its events) as soon as it covers any of it: the intensity of
+# a pixel that an object boundary touches changes because of that boundary.
+OWNER_ALPHA = 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# Motion
+
+
+def expm2(matrix):
+    """Matrix exponential of a real 2x2 matrix (closed form), float64 (2, 2)."""
+    m = np.asarray(matrix, dtype=np.float64)
+    half_trace = 0.5 * (m[0, 0] + m[1, 1])
+    shifted = m - half_trace * np.eye(2)
+    delta_sq = shifted[0, 0] ** 2 + shifted[0, 1] * shifted[1, 0]
+    if delta_sq > 1e-18:
+        delta = math.sqrt(delta_sq)
+        c, s = math.cosh(delta), math.sinh(delta) / delta
+    elif delta_sq < -1e-18:
+        delta = math.sqrt(-delta_sq)
+        c, s = math.cos(delta), math.sin(delta) / delta
+    else:
+        c, s = 1.0, 1.0
+    return math.exp(half_trace) * (c * np.eye(2) + s * shifted)
+
+
+@dataclass
+class Motion:
+    """
+    Linear motion field of one layer.
+
+    velocity_px_s: (2,) translation of the centre [px/s]; gradient_per_s: (2, 2) velocity
+    gradient L [1/s]; centre_px: (2,) position of the centre at t = 0 [px].
+    """
+
+    velocity_px_s: np.ndarray
+    gradient_per_s: np.ndarray
+    centre_px: np.ndarray
+
+    def __post_init__(self):
+        self.velocity_px_s = np.asarray(self.velocity_px_s, dtype=np.float64).reshape(2)
+        self.gradient_per_s = np.asarray(self.gradient_per_s, dtype=np.float64).reshape(2, 2)
+        self.centre_px = np.asarray(self.centre_px, dtype=np.float64).reshape(2)
+
+    def centre_at(self, t_s):
+        return self.centre_px + self.velocity_px_s * t_s
+
+    def flow_px_s(self, x, y, t_s):
+        """Analytic optical flow (u, v) [px/s] at image points x, y [px] and times t_s [s]."""
+        cx = self.centre_px[0] + self.velocity_px_s[0] * np.asarray(t_s, dtype=np.float64)
+        cy = self.centre_px[1] + self.velocity_px_s[1] * np.asarray(t_s, dtype=np.float64)
+        dx = np.asarray(x, dtype=np.float64) - cx
+        dy = np.asarray(y, dtype=np.float64) - cy
+        g = self.gradient_per_s
+        return (self.velocity_px_s[0] + g[0, 0] * dx + g[0, 1] * dy,
+                self.velocity_px_s[1] + g[1, 0] * dx + g[1, 1] * dy)
+
+    def to_reference(self, t_s):
+        """Affine map image(t) -> image(0): returns (A (2, 2), b (2,)) with x0 = A x + b."""
+        inverse = expm2(-self.gradient_per_s * t_s)
+        return inverse, self.centre_px - inverse @ self.centre_at(t_s)
+
+    def max_speed_px_s(self, width, height, t_s):
+        """Upper bound of |flow| over the image at time t_s [px/s]."""
+        corners = np.array([[0, 0], [width, 0], [0, height], [width, height]], np.float64)
+        u, v = self.flow_px_s(corners[:, 0], corners[:, 1], t_s)
+        return float(np.max(np.hypot(u, v)))
+
+
+# --------------------------------------------------------------------------------------------
+# Textures (log intensity rasters)
+
+
+def _blur(image, sigma_px):
+    """Periodic Gaussian blur through the FFT (no scipy needed)."""
+    fy = np.fft.fftfreq(image.shape[0])[:, None]
+    fx = np.fft.rfftfreq(image.shape[1])[None, :]
+    kernel = np.exp(-2.0 * (math.pi * sigma_px) ** 2 * (fx ** 2 + fy ** 2))
+    return np.fft.irfft2(np.fft.rfft2(image) * kernel, s=image.shape)
+
+
+def _normalise(image):
+    image = image - image.mean()
+    return image / max(float(np.abs(image).max()), 1e-9)
+
+
+def _standardise(image):
+    return (image - image.mean()) / max(float(image.std()), 1e-9)
+
+
+def _coords(size):
+    return np.meshgrid(np.arange(size, dtype=np.float64), np.arange(size, dtype=np.float64))
+
+
+def make_texture(kind, size, rng):
+    """Return a (size, size) float32 raster in [-1, 1] of texture `kind` (one of TEXTURES)."""
+    xx, yy = _coords(size)
+    if kind == 'noise':
+        # Band-limited noise, two octaves with random weights.
+        sigma = rng.uniform(1.5, 6.0)
+        image = _standardise(_blur(rng.standard_normal((size, size)), sigma))
+        image += rng.uniform(0.0, 0.7) * _standardise(_blur(rng.standard_normal((size, size)),
+                                                            sigma * 4))
+        image = np.tanh(image / 2.5)
+    elif kind == 'edges':
+        # Piecewise-constant regions cut by random straight edges.
+        image = np.zeros((size, size))
+        for _ in range(rng.integers(6, 20)):
+            angle = rng.uniform(0, 2 * math.pi)
+            offset = rng.uniform(0, size)
+            side = (xx - size / 2) * math.cos(angle) + (yy - size / 2) * math.sin(angle) \
+                + size / 2 - offset
+            image += rng.uniform(-1, 1) * np.tanh(side / 0.7)
+    elif kind == 'checker':
+        cell = rng.uniform(6, 40)
+        angle = rng.uniform(0, math.pi / 2)
+        xr = xx * math.cos(angle) + yy * math.sin(angle)
+        yr = -xx * math.sin(angle) + yy * math.cos(angle)
+        image = np.tanh(np.sin(math.pi * xr / cell) / 0.15) * np.tanh(
+            np.sin(math.pi * yr / cell) / 0.15)
+    elif kind == 'polygons':
+        image = np.full((size, size), rng.uniform(-1, 1))
+        for _ in range(int(rng.uniform(0.5, 2.0) * size * size / 2000)):
+            centre = rng.uniform(0, size, 2)
+            radius = rng.uniform(4, max(size / 8, 6))
+            angles = np.sort(rng.uniform(0, 2 * math.pi, rng.integers(3, 8)))
+            radii = radius * rng.uniform(0.5, 1.0, len(angles))
+            poly = np.stack([centre[0] + radii * np.cos(angles),
+                             centre[1] + radii * np.sin(angles)], 1)
+            cv2.fillPoly(image, [np.round(poly * 16).astype(np.int32)], rng.uniform(-1, 1),
+                         lineType=cv2.LINE_8, shift=4)
+        image = _blur(image, 0.6)
+    elif kind == 'gratings':
+        image = np.zeros((size, size))
+        for _ in range(rng.integers(1, 3)):
+            period = rng.uniform(6, 40)
+            angle = rng.uniform(0, math.pi)
+            phase = 2 * math.pi * (xx * math.cos(angle) + yy * math.sin(angle)) / period
+            square = rng.uniform() < 0.5
+            image += np.tanh(np.sin(phase) / 0.2) if square else np.sin(phase)
+    elif kind == 'blobs':
+        image = np.zeros((size, size))
+        for _ in range(int(rng.uniform(0.5, 2.0) * size * size / 1000)):
+            centre = rng.uniform(0, size, 2)
+            axes = rng.uniform(2, max(size / 12, 4), 2)
+            cv2.ellipse(image, (int(centre[0] * 16), int(centre[1] * 16)),
+                        (int(axes[0] * 16), int(axes[1] * 16)), rng.uniform(0, 180), 0, 360,
+                        rng.uniform(-1, 1), thickness=-1, lineType=cv2.LINE_8, shift=4)
+        image = _blur(image, 0.6)
+    else:
+        raise ValueError(f'unknown texture {kind!r}; choose one of {", ".join(TEXTURES)}')
+    return _normalise(image).astype(np.float32)
+
+
+def _sample(raster, qx, qy, mirror):
+    """
+    Bilinear sample of a (H, W) float32 raster at float32 pixel coords (cv2.remap).
+
+    Outside the raster: mirrored (mirror=True) or zero. cv2 quantises the sub-pixel position to
+    1/32 px; the resulting intensity error is far below a contrast threshold.
+    """
+    border = cv2.BORDER_REFLECT_101 if mirror else cv2.BORDER_CONSTANT
+    return cv2.remap(raster, np.ascontiguousarray(qx, np.float32),
+                     np.ascontiguousarray(qy, np.float32), cv2.INTER_LINEAR,
+                     borderMode=border, borderValue=0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Scenes
+
+
+@dataclass
+class Layer:
+    """
+    One textured layer: log intensity raster, optional alpha mask, motion.
+
+    log_texture: (S, S) float32 log intensity; alpha: (S, S) float32 coverage in [0, 1] or None
+    for an opaque background (mirrored beyond its raster); origin_px: (2,) image position at t = 0
+    of raster pixel (0, 0).
+    """
+
+    log_texture: np.ndarray
+    motion: Motion
+    origin_px: np.ndarray
+    alpha: Optional[np.ndarray] = None
+    description: dict = field(default_factory=dict)
+
+    def max_speed_px_s(self, width, height, t_s):
+        """Upper bound of this layer's image speed where it is visible [px/s]."""
+        if self.alpha is None:
+            return self.motion.max_speed_px_s(width, height, t_s)
+        # An object only extends half a raster diagonal from its centre.
+        reach = 0.75 * self.alpha.shape[0]
+        return float(np.linalg.norm(self.motion.velocity_px_s)
+                     + np.linalg.norm(self.motion.gradient_per_s, 2) * reach)
+
+
+@dataclass
+class SensorConfig:
+    """Event-sensor model. Thresholds in log-intensity units, times in seconds."""
+
+    threshold: float = 0.25
+    threshold_sigma: float = 0.03
+    refractory_s: float = 1e-4
+    noise_rate_hz_per_px: float = 0.1
+    max_step_px: float = 0.5
+    max_step_s: float = 2e-3
+    time_resolution_ns: int = 1000
+
+
+@dataclass
+class Scene:
+    width: int
+    height: int
+    layers: List[Layer]
+    sensor: SensorConfig
+    description: dict = field(default_factory=dict)
+
+    def render(self, t_s, xs, ys):
+        """
+        Log intensity (H, W) float32 and front-most owner (H, W) int8 at time t_s.
+
+        Layers composite front over back with their alpha; the owner of a pixel is the
+        front-most layer covering it by more than OWNER_ALPHA.
+        """
+        image = None
+        owner = np.zeros(xs.shape, np.int8)
+        for index, layer in enumerate(self.layers):
+            a, b = layer.motion.to_reference(t_s)
+            if layer.alpha is None or image is None:
+                qx = a[0, 0] * xs + a[0, 1] * ys + (b[0] - layer.origin_px[0])
+                qy = a[1, 0] * xs + a[1, 1] * ys + (b[1] - layer.origin_px[1])
+                image = _sample(layer.log_texture, qx, qy, mirror=layer.alpha is None)
+                continue
+            # Objects: only the image box that can hold the object's raster.
+            box = self._object_box(layer, t_s)
+            if box is None:
+                continue
+            sub_x, sub_y = xs[box], ys[box]
+            qx = a[0, 0] * sub_x + a[0, 1] * sub_y + (b[0] - layer.origin_px[0])
+            qy = a[1, 0] * sub_x + a[1, 1] * sub_y + (b[1] - layer.origin_px[1])
+            value = _sample(layer.log_texture, qx, qy, mirror=False)
+            alpha = _sample(layer.alpha, qx, qy, mirror=False)
+            image[box] += alpha * (value - image[box])
+            owner[box][alpha > OWNER_ALPHA] = index
+        return image.astype(np.float32), owner
+
+    def _object_box(self, layer, t_s):
+        """Slices (rows, cols) of the image that may show an object layer, or None."""
+        forward = expm2(layer.motion.gradient_per_s * t_s)
+        size = layer.alpha.shape[0]
+        corners = np.array([[0, 0], [size, 0], [0, size], [size, size]], np.float64) \
+            + layer.origin_px - layer.motion.centre_px
+        image_corners = corners @ forward.T + layer.motion.centre_at(t_s)
+        x0, y0 = np.floor(image_corners.min(0)).astype(int) - 1
+        x1, y1 = np.ceil(image_corners.max(0)).astype(int) + 2
+        x0, y0 = max(x0, 0), max(y0, 0)
+        x1, y1 = min(x1, self.width), min(y1, self.height)
+        if x0 >= x1 or y0 >= y1:
+            return None
+        return slice(y0, y1), slice(x0, x1)
+
+    def flow_px_s(self, owner, x, y, t_s):
+        """Ground-truth flow (N, 2) float64 for events at x, y, t_s owned by layer `owner`."""
+        flow = np.zeros((len(x), 2))
+        for index, layer in enumerate(self.layers):
+            mask = owner == index
+            if mask.any():
+                u, v = layer.motion.flow_px_s(x[mask], y[mask], t_s[mask])
+                flow[mask, 0] = u
+                flow[mask, 1] = v
+        return flow
+
+
+def _log_uniform(rng, low, high):
+    return float(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+
+def _random_direction(rng):
+    angle = rng.uniform(0, 2 * math.pi)
+    return np.array([math.cos(angle), math.sin(angle)])
+
+
+def _background_motion(kind, rng, width, height, speed_px_s):
+    """Motion of a full-frame layer whose typical image speed is about speed_px_s."""
+    extent = 0.5 * math.hypot(width, height)
+    centre = np.array([width / 2, height / 2]) + rng.uniform(-0.5, 0.5, 2) * [width, height]
+    zero = np.zeros((2, 2))
+    if kind == 'translation':
+        return Motion(speed_px_s * _random_direction(rng), zero, centre)
+    if kind == 'rotation':
+        # Rotation about a point near the image: speed grows with distance from it.
+        rate = speed_px_s / extent * rng.choice([-1, 1])
+        return Motion(rng.uniform(-0.2, 0.2, 2) * speed_px_s,
+                      [[0, -rate], [rate, 0]], centre)
+    if kind == 'zoom':
+        rate = speed_px_s / extent * rng.choice([-1, 1])
+        return Motion(np.zeros(2), [[rate, 0], [0, rate]], centre)
+    if kind == 'affine':
+        gradient = rng.normal(0, 1, (2, 2))
+        gradient *= 0.7 * speed_px_s / extent / np.linalg.norm(gradient, 2)
+        return Motion(0.7 * speed_px_s * _random_direction(rng), gradient, centre)
+    raise ValueError(f'unknown motion {kind!r}; choose one of {", ".join(MOTIONS)}')
+
+
+def make_scene(motion='translation', texture='noise', seed=0, width=346, height=260,
+               speed_px_s=None, sensor=None, textures=None, motions=None):
+    """
+    Build a random scene.
+
+    motion: one of MOTIONS or 'random'; texture: one of TEXTURES or 'random' (drawn from
+    `textures`, default all); speed_px_s: typical image speed (default log-uniform 30..1500);
+    sensor: SensorConfig (default: randomised thresholds, refractory and noise).
+    """
+    rng = np.random.default_rng(seed)
+    textures = tuple(textures or TEXTURES)
+    motions = tuple(motions or MOTIONS)
+    if motion == 'random':
+        motion = str(rng.choice(motions))
+    if speed_px_s is None:
+        speed_px_s = _log_uniform(rng, 30.0, 1500.0)
+    if sensor is None:
+        sensor = SensorConfig(threshold=rng.uniform(0.15, 0.45),
+                              threshold_sigma=rng.uniform(0.01, 0.06),
+                              refractory_s=rng.uniform(0.0, 5e-4),
+                              noise_rate_hz_per_px=_log_uniform(rng, 0.02, 2.0))
+
+    def pick_texture():
+        return str(rng.choice(textures)) if texture == 'random' else texture
+
+    def contrast():
+        return rng.uniform(0.3, 1.5)
+
+    size = int(2 ** math.ceil(math.log2(max(width, height) * 1.5)))
+    origin = np.array([width / 2 - size / 2, height / 2 - size / 2])
+    layers = []
+    if motion == 'objects':
+        # Slow background (static to translating) and 2-4 occluding objects on top.
+        background_kind = str(rng.choice(('translation', 'rotation', 'zoom')))
+        bg_speed = speed_px_s * rng.uniform(0.0, 0.5)
+        bg_texture = pick_texture()
+        layers.append(Layer(contrast() * make_texture(bg_texture, size, rng),
+                            _background_motion(background_kind, rng, width, height, bg_speed),
+                            origin, description={'texture': bg_texture,
+                                                 'motion': background_kind}))
+        for _ in range(rng.integers(2, 5)):
+            layers.append(_make_object(rng, width, height, speed_px_s, pick_texture(),
+                                       contrast()))
+    else:
+        name = pick_texture()
+        layers.append(Layer(contrast() * make_texture(name, size, rng),
+                            _background_motion(motion, rng, width, height, speed_px_s),
+                            origin, description={'texture': name, 'motion': motion}))
+    description = {'motion': motion, 'texture': texture, 'seed': seed,
+                   'speed_px_s': speed_px_s, 'sensor': asdict(sensor),
+                   'layers': [layer.description for layer in layers]}
+    return Scene(width, height, layers, sensor, description)
+
+
+def _make_object(rng, width, height, speed_px_s, texture, contrast):
+    """Return a textured polygon or ellipse layer with its own translation and spin."""
+    radius = rng.uniform(0.1, 0.3) * min(width, height)
+    size = int(2 * radius + 8)
+    xx, yy = _coords(size)
+    c = size / 2
+    if rng.uniform() < 0.5:
+        angles = np.sort(rng.uniform(0, 2 * math.pi, rng.integers(3, 9)))
+        poly = np.stack([c + radius * np.cos(angles), c + radius * np.sin(angles)], 1)
+        mask = np.zeros((size, size))
+        cv2.fillPoly(mask, [np.round(poly * 16).astype(np.int32)], 1.0, shift=4)
+    else:
+        ratio = rng.uniform(0.4, 1.0)
+        mask = (((xx - c) / radius) ** 2 + ((yy - c) / (radius * ratio)) ** 2 < 1).astype(float)
+    alpha = np.clip(_blur(np.pad(mask, 4), 0.5)[4:-4, 4:-4], 0, 1).astype(np.float32)
+    # Objects differ from the background by an offset, so their outline is an edge too.
+    values = contrast * make_texture(texture, size, rng) + rng.uniform(-1, 1)
+    centre = rng.uniform(0.15, 0.85, 2) * [width, height]
+    spin = rng.normal(0, 0.3) * speed_px_s / radius
+    speed = speed_px_s * rng.uniform(0.5, 1.5)
+    motion = Motion(speed * _random_direction(rng), [[0, -spin], [spin, 0]], centre)
+    return Layer(values.astype(np.float32), motion, centre - c, alpha,
+                 description={'texture': texture, 'motion': 'object'})
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass
+class SimulatedSequence:
+    """
+    Events with exact ground truth.
+
+    events: EventArray (sorted by t_ns); flow_px_s: (N, 2) float32 ground-truth optical flow
+    (NaN for noise events); is_noise: (N,) bool; width, height: sensor size [px].
+    """
+
+    events: EventArray
+    flow_px_s: np.ndarray
+    is_noise: np.ndarray
+    width: int
+    height: int
+    description: dict = field(default_factory=dict)
+
+    def __len__(self):
+        return len(self.events)
+
+    def __getitem__(self, index):
+        return SimulatedSequence(self.events[index], self.flow_px_s[index],
+                                 self.is_noise[index], self.width, self.height, self.description)
+
+
+def simulate(scene, duration_s=0.5, seed=0):
+    """
+    Simulate `scene` for duration_s seconds; returns a SimulatedSequence.
+
+    Deterministic for a given scene and seed.
+    """
+    rng = np.random.default_rng(seed)
+    sensor = scene.sensor
+    width, height = scene.width, scene.height
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    threshold_on = np.maximum(sensor.threshold * (1 + sensor.threshold_sigma / sensor.threshold
+                                                  * rng.standard_normal((height, width))), 0.02)
+    threshold_off = np.maximum(sensor.threshold * (1 + sensor.threshold_sigma / sensor.threshold
+                                                   * rng.standard_normal((height, width))), 0.02)
+    level_prev, owner_prev = scene.render(0.0, xs, ys)
+    # Random initial reference inside (-C_off, C_on) so pixels do not fire in lock-step.
+    offset = rng.uniform(size=(height, width)) * (threshold_on + threshold_off) - threshold_off
+    reference = level_prev.astype(np.float64) - 0.99 * offset
+    last_event_s = np.full((height, width), -np.inf)
+    flat_t, flat_index, flat_on, flat_owner = [], [], [], []
+    t_prev = 0.0
+    while t_prev < duration_s:
+        speed = max(layer.max_speed_px_s(width, height, t_prev) for layer in scene.layers)
+        step = min(sensor.max_step_s, sensor.max_step_px / max(speed, 1e-9), duration_s - t_prev)
+        step = max(step, 1e-6)
+        t_cur = t_prev + step
+        level_cur, owner_cur = scene.render(t_cur, xs, ys)
+        # The front-most layer that covered the pixel during the step owns its events, so
+        # events at an occluding boundary move with the occluder.
+        owner = np.maximum(owner_prev, owner_cur)
+        events = _crossings(level_prev.astype(np.float64), level_cur.astype(np.float64),
+                            reference, threshold_on, threshold_off, last_event_s,
+                            t_prev, step, sensor.refractory_s)
+        if events is not None:
+            t_s, index, on = events
+            flat_t.append(t_s)
+            flat_index.append(index)
+            flat_on.append(on)
+            flat_owner.append(owner.reshape(-1)[index])
+        level_prev, owner_prev, t_prev = level_cur, owner_cur, t_cur
+
+    t_s = np.concatenate(flat_t) if flat_t else np.empty(0)
+    index = np.concatenate(flat_index) if flat_index else np.empty(0, np.int64)
+    on = np.concatenate(flat_on) if flat_on else np.empty(0, bool)
+    owner = np.concatenate(flat_owner) if flat_owner else np.empty(0, np.int8)
+    x = (index % width).astype(np.float64)
+    y = (index // width).astype(np.float64)
+    flow = scene.flow_px_s(owner, x, y, t_s)
+    is_noise = np.zeros(len(t_s), bool)
+
+    # Background activity: Poisson in time, uniform over pixels, random polarity.
+    n_noise = rng.poisson(sensor.noise_rate_hz_per_px * width * height * duration_s)
+    if n_noise:
+        t_s = np.concatenate([t_s, rng.uniform(0, duration_s, n_noise)])
+        x = np.concatenate([x, rng.integers(0, width, n_noise)])
+        y = np.concatenate([y, rng.integers(0, height, n_noise)])
+        on = np.concatenate([on, rng.uniform(size=n_noise) < 0.5])
+        flow = np.concatenate([flow, np.full((n_noise, 2), np.nan)])
+        is_noise = np.concatenate([is_noise, np.ones(n_noise, bool)])
+
+    resolution = int(sensor.time_resolution_ns)
+    t_ns = np.round(t_s * 1e9 / resolution).astype(np.int64) * resolution
+    order = np.argsort(t_ns, kind='stable')
+    events = EventArray(t_ns[order], x[order].astype(np.uint16), y[order].astype(np.uint16),
+                        on[order].astype(np.uint8))
+    return SimulatedSequence(events, flow[order].astype(np.float32), is_noise[order],
+                             width, height, dict(scene.description, duration_s=duration_s,
+                                                 sim_seed=seed))
+
+
+def _crossings(level_prev, level_cur, reference, threshold_on, threshold_off, last_event_s,
+               t_prev, step, refractory_s):
+    """
+    Threshold crossings of one render step, linearly interpolated in time.
+
+    Updates `reference` and `last_event_s` in place. Returns (t_s float64[M], flat pixel index
+    int64[M], is_on bool[M]) or None when no pixel fired.
+    """
+    diff = level_cur - reference
+    n_on = np.floor(diff / threshold_on)
+    n_off = np.floor(-diff / threshold_off)
+    count = np.where(diff > 0, n_on, n_off).astype(np.int64)
+    count = np.maximum(count, 0)
+    fired = np.flatnonzero(count)
+    if len(fired) == 0:
+        return None
+    n = count.reshape(-1)[fired]
+    is_on = diff.reshape(-1)[fired] > 0
+    c = np.where(is_on, threshold_on.reshape(-1)[fired], threshold_off.reshape(-1)[fired])
+    sign = np.where(is_on, 1.0, -1.0)
+    ref = reference.reshape(-1)[fired]
+    lp = level_prev.reshape(-1)[fired]
+    slope = (level_cur.reshape(-1)[fired] - lp) / step  # log intensity per second, nonzero
+    # k-th crossing (k = 1..n) at level ref + sign k c.
+    first_s = t_prev + (ref + sign * c - lp) / slope
+    spacing_s = c / np.abs(slope)
+    reference.reshape(-1)[fired] = ref + sign * n * c
+
+    # Refractory: first crossing at least refractory_s after the previous event, then every
+    # m-th crossing (crossings inside one step are equally spaced).
+    last = last_event_s.reshape(-1)[fired]
+    k0 = np.maximum(np.ceil((last + refractory_s - first_s) / spacing_s - 1e-9), 0)
+    k0 = np.where(np.isfinite(k0), k0, 0).astype(np.int64)
+    m = np.maximum(np.ceil(refractory_s / spacing_s - 1e-9), 1).astype(np.int64)
+    kept = np.where(k0 < n, (n - 1 - k0) // m + 1, 0)
+    total = int(kept.sum())
+    if total == 0:
+        return None
+    owner_of = np.repeat(np.arange(len(fired)), kept)
+    rank = np.arange(total) - np.repeat(np.cumsum(kept) - kept, kept)
+    k = k0[owner_of] + rank * m[owner_of]
+    t_s = first_s[owner_of] + k * spacing_s[owner_of]
+    has = kept > 0
+    last_k = k0 + (kept - 1) * m
+    last_event_s.reshape(-1)[fired[has]] = (first_s + last_k * spacing_s)[has]
+    return t_s, fired[owner_of], is_on[owner_of]
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+
+def save_npz(sequence, path):
+    """Write t (int64 ns), x, y (uint16), p (uint8), gt_u, gt_v (float32 px/s), is_noise..."""
+    np.savez_compressed(
+        path, t=sequence.events.t_ns, x=sequence.events.x, y=sequence.events.y,
+        p=sequence.events.p, gt_u=sequence.flow_px_s[:, 0], gt_v=sequence.flow_px_s[:, 1],
+        is_noise=sequence.is_noise, width=np.int64(sequence.width),
+        height=np.int64(sequence.height),
+        description=np.array(json.dumps(sequence.description, default=_json_default)))
+
+
+def load_npz(path):
+    """Read a file written by save_npz; returns a SimulatedSequence."""
+    with np.load(path, allow_pickle=False) as data:
+        missing = {'t', 'x', 'y', 'p', 'gt_u', 'gt_v', 'width', 'height'} - set(data.files)
+        if missing:
+            raise ValueError(f'{path} is not a simulated sequence: missing {sorted(missing)}')
+        n = len(data['t'])
+        is_noise = data['is_noise'] if 'is_noise' in data.files else np.zeros(n, bool)
+        description = json.loads(str(data['description'])) if 'description' in data.files \
+            else {}
+        return SimulatedSequence(
+            EventArray(data['t'], data['x'], data['y'], data['p']),
+            np.stack([data['gt_u'], data['gt_v']], 1).astype(np.float32),
+            is_noise.astype(bool), int(data['width']), int(data['height']), description)
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f'cannot serialise {type(value).__name__}')
