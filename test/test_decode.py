@@ -14,7 +14,7 @@
 
 
 """
-Tests of the EventPacket decoders (veckm_flow_ros.decode) and encoders (encode).
+Tests of the EventPacket decoders (veckm_flow_ros.decode), with packets.py round trips.
 
 Both backends run every test: the C++ kernels and the numpy reference. The real recordings of
 ../shared/data/recordings must reproduce the checksums their upstream test suites assert, and
@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 
 from veckm_flow_ros.decode import DecodeError, ENCODINGS, extension_available, PacketDecoder
-from veckm_flow_ros.encode import encode_evt3, encode_mono, encode_trigger
 from veckm_flow_ros.events import EventArray, TriggerArray
+from veckm_flow_ros.packets import encode_packets, sort_for_vectors
 
 BACKENDS = ('cpp', 'numpy')
 US = 1000  # ns per microsecond
@@ -280,7 +280,7 @@ def test_mono_and_trigger_fields(backend):
 
 def test_buffer_types_are_equivalent(backend):
     events = EventArray(np.arange(5) * US, np.arange(5), np.arange(5), np.arange(5) % 2)
-    payload = encode_evt3(events)
+    payload = encode_packets(events, 'evt3', packet_duration_ns=10**9)[0].data
     expected = PacketDecoder(backend).decode('evt3', payload, 0, 640, 480).events
     for buffer in (bytearray(payload), memoryview(payload), array('B', payload),
                    np.frombuffer(payload, np.uint8)):
@@ -307,7 +307,7 @@ def test_undecodable_messages_raise_decode_error(backend):
     assert decoder.problem_counts['unknown_encoding'] == 1
 
 
-# -- encoders -------------------------------------------------------------------------------------
+# -- round trips through packets.py ---------------------------------------------------------------
 
 def random_events(rng, n, span_ns, width=640, height=480):
     t_ns = np.sort(rng.integers(0, span_ns, n)) // US * US
@@ -315,35 +315,43 @@ def random_events(rng, n, span_ns, width=640, height=480):
                       rng.integers(0, 2, n))
 
 
-def test_evt3_round_trip_across_clock_wraps(backend):
+def decode_packets(packets, backend, width=640, height=480):
+    decoder = PacketDecoder(backend)
+    results = [decoder.decode(p.encoding, p.data, p.time_base, width, height) for p in packets]
+    assert decoder.problem_counts == {}
+    return (EventArray.concatenate([r.events for r in results]),
+            TriggerArray(*(np.concatenate([getattr(r.triggers, name) for r in results])
+                           for name in ('t_ns', 'channel', 'edge'))))
+
+
+def test_evt3_round_trip_with_vectors_and_clock_wraps(backend):
     rng = np.random.default_rng(3)
+    # Dense rows at few timestamps give vector words; a 100 s gap crosses several 2^24 us wraps.
     events = random_events(rng, 20000, 40 * 10**9)
-    events.t_ns[10000:] += 100 * 10**9  # a 100 s gap: several 16.7 s wraps without events
+    events.t_ns[:] = events.t_ns // 10**9 * 10**9
+    events.x[:] = events.x // 20
+    events.y[:] = events.y // 60
+    events.t_ns[10000:] += 100 * 10**9
+    events = sort_for_vectors(events)
     triggers = TriggerArray(np.sort(rng.integers(0, 40 * 10**9, 20)) // US * US,
                             rng.integers(0, 16, 20), rng.integers(0, 2, 20))
-    result = PacketDecoder(backend).decode('evt3', encode_evt3(events, triggers), 0, 640, 480)
-    assert_same_events(result.events, events)
-    assert_same_triggers(result.triggers, triggers)
-    assert result.problems == []
+    packets = encode_packets(events, 'evt3', triggers=triggers, packet_duration_ns=10**9)
+    codes = np.frombuffer(b''.join(p.data for p in packets), '<u2') >> 12
+    assert np.count_nonzero(codes == VECT_12) > 100  # the vector words are exercised
+    decoded, decoded_triggers = decode_packets(packets, backend)
+    assert_same_events(decoded, events)
+    assert_same_triggers(decoded_triggers, triggers)
 
 
-def test_mono_and_trigger_round_trip(backend):
+@pytest.mark.parametrize('encoding', ['libcaer_cmp', 'libcaer', 'mono'])
+def test_round_trip(backend, encoding):
     rng = np.random.default_rng(4)
-    events = random_events(rng, 1000, 10**9)
-    events.t_ns[:] += 1_700_000_000 * 10**9 + 17  # ns precision is kept
-    payload, time_base = encode_mono(events)
-    assert_same_events(PacketDecoder(backend).decode('mono', payload, time_base, 640, 480)
-                       .events, events)
-    triggers = TriggerArray(events.t_ns[:10], np.arange(10), np.arange(10) % 2)
-    payload, time_base = encode_trigger(triggers)
-    assert_same_triggers(PacketDecoder(backend).decode('trigger', payload, time_base, 0, 0)
-                         .triggers, triggers)
-
-
-def test_encoders_refuse_what_the_format_cannot_hold():
-    with pytest.raises(ValueError, match='sorted'):
-        encode_evt3(EventArray([2, 1], [0, 0], [0, 0], [0, 0]))
-    with pytest.raises(ValueError, match='11-bit'):
-        encode_evt3(EventArray([1], [2048], [0], [0]))
-    with pytest.raises(ValueError, match='4.29 s'):
-        encode_mono(EventArray([0, 5 * 10**9], [0, 0], [0, 0], [0, 0]))
+    events = random_events(rng, 5000, 3 * 10**9, 346, 260)
+    events.t_ns[:] += 1_700_000_000 * 10**9
+    if encoding == 'mono':
+        events.t_ns[:] += rng.integers(0, US, len(events))  # mono keeps nanoseconds
+        events.t_ns.sort()
+    events = sort_for_vectors(events)
+    decoded, _ = decode_packets(encode_packets(events, encoding, packet_duration_ns=10**8),
+                                backend, 346, 260)
+    assert_same_events(decoded, events)
