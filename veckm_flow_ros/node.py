@@ -1,0 +1,700 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+veckm_flow_node: per-event normal flow from an event camera, streamed on ROS 2.
+
+Subscriptions
+    ~/events       event_camera_msgs/msg/EventPacket   best effort, keep last 1000, volatile
+                   (the drivers' QoS; encodings evt3, mono, libcaer, libcaer_cmp).
+
+Publications (reliable, keep last 10)
+    ~/flow         sensor_msgs/msg/PointCloud2   one point per flow, float32 fields
+                   x, y [px], t [s, relative to header.stamp, <= 0], u, v [px/s, x right,
+                   y down], + confidence [0..1] when publish_confidence; header.stamp = ROS
+                   time of the newest event of the block, frame_id copied from the input.
+    ~/flow_image   sensor_msgs/msg/Image bgr8 at image_rate_hz, only while subscribed:
+                   hue = flow direction, brightness = speed, black = no flow, legend wheel.
+    /diagnostics   diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s: input
+                   events/s, flows/s, latency p50/p99 [ms] (event time -> publish), seq gaps,
+                   dropped packets, decode problems, queue fill.
+
+Parameters (see PARAMETERS below for types, ranges and defaults; config/veckm_flow.yaml)
+    model [path or shipped name]  device [cpu|cuda]  pixel_radius [px]  tau_ms [ms]
+    block_ms [ms]  causal  target_stride [events]  max_flows_per_block [flows]
+    max_queued_events [events]  max_buffered_events [events]  torch_threads
+    image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence
+    diagnostics_period_s [s]
+
+Threads: the executor thread only copies references of received packets into a bounded queue
+(and runs the image/diagnostics timers); one worker thread decodes, runs the estimator and
+publishes. Memory is bounded: the packet queue holds at most max_queued_events estimated events
+(payload <= 8 bytes x max_queued_events) and MAX_QUEUED_PACKETS packets; the estimator keeps at
+most max_buffered_events events; the image keeps at most IMAGE_MAX_FLOWS flows.
+"""
+
+import collections
+from dataclasses import dataclass
+import math
+import sys
+import threading
+import time
+from typing import Any, List, Optional
+
+from builtin_interfaces.msg import Time as TimeMsg
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from event_camera_msgs.msg import EventPacket
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, PointCloud2, PointField
+
+from veckm_flow_ros.flow_cloud import make_flow_points, pointcloud2_fields
+
+NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay bags
+
+# Minimal bytes per event of each encoding: the queue's event estimate is payload bytes / this,
+# which over-estimates events for the 8-byte formats' triggers and evt3 time words (safe side).
+BYTES_PER_EVENT = {'evt3': 2, 'libcaer_cmp': 2, 'mono': 8, 'libcaer': 8, 'trigger': 8}
+MAX_QUEUED_PACKETS = 10000
+# Sensor time may step back this much between packets without meaning a new stream.
+RESTART_TOLERANCE_NS = 100_000_000
+IMAGE_MAX_FLOWS = 500_000
+LATENCY_SAMPLES = 10000
+
+EVENTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                        reliability=ReliabilityPolicy.BEST_EFFORT,
+                        durability=DurabilityPolicy.VOLATILE)
+OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
+                        reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.VOLATILE)
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One ROS parameter: name, default (its type is the parameter's type), range, text."""
+
+    name: str
+    default: Any
+    description: str
+    value_range: Optional[tuple] = None  # (min, max), inclusive
+    read_only: bool = False
+
+
+# The single source of the node's parameters; config/veckm_flow.yaml mirrors the defaults.
+PARAMETERS = (
+    ParameterSpec('model', '', 'Model: a checkpoint path, a shipped model name, or a published '
+                  'VecKM_flow_cpp folder; empty = the default shipped model.', read_only=True),
+    ParameterSpec('device', 'cpu', 'Torch device for encoding and MLP: cpu or cuda.',
+                  read_only=True),
+    ParameterSpec('pixel_radius', 0, 'Expected pixel radius r of the model [px] (window '
+                  '2r+1); 0 = take it from the model, otherwise start-up fails unless it '
+                  "equals the model's.", (0, 64), read_only=True),
+    ParameterSpec('tau_ms', 0.0, 'Expected temporal radius tau of the model [ms] (half the '
+                  'context slice); 0 = take it from the model, otherwise start-up fails unless '
+                  "it equals the model's.", (0.0, 1000.0), read_only=True),
+    ParameterSpec('block_ms', 5.0, 'Length of a target block [ms]: events are encoded and '
+                  'published in blocks of this duration (latency ~ tau + block).', (0.1, 100.0),
+                  read_only=True),
+    ParameterSpec('causal', False, 'Use only past context (latency ~ block instead of tau + '
+                  'block, lower accuracy).', read_only=True),
+    ParameterSpec('target_stride', 1, 'Estimate flow for every k-th event [events] (context '
+                  'always uses all events).', (1, 1000), read_only=True),
+    ParameterSpec('max_flows_per_block', 0, 'Cap on flows per block [flows], targets '
+                  'subsampled evenly; 0 = no cap.', (0, 100_000_000), read_only=True),
+    ParameterSpec('max_queued_events', 10_000_000, 'Capacity of the input packet queue '
+                  '[events, estimated from payload bytes]; when full the oldest whole packets '
+                  'are dropped and counted.', (1000, 1_000_000_000), read_only=True),
+    ParameterSpec('max_buffered_events', 20_000_000, 'Cap on events the estimator keeps in '
+                  'its sliding window [events].', (1000, 1_000_000_000), read_only=True),
+    ParameterSpec('torch_threads', 0, 'Torch intra-op threads for the worker; 0 = torch '
+                  'default.', (0, 256), read_only=True),
+    ParameterSpec('image_rate_hz', 25.0, 'Rate of ~/flow_image [Hz] while subscribed; 0 = '
+                  'never publish images.', (0.0, 200.0)),
+    ParameterSpec('image_max_speed_px_s', 0.0, 'Flow speed shown at full brightness in '
+                  '~/flow_image [px/s]; 0 = automatic (a round number above the 95th '
+                  'percentile of the shown speeds).', (0.0, 1.0e6)),
+    ParameterSpec('publish_confidence', False, 'Add a float32 confidence field [0..1] to '
+                  '~/flow (needs a model with a confidence output).', read_only=True),
+    ParameterSpec('diagnostics_period_s', 1.0, 'Period of /diagnostics and of the status log '
+                  'line [s].', (0.1, 60.0), read_only=True),
+)
+
+
+def _descriptor(spec: ParameterSpec) -> ParameterDescriptor:
+    descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
+    if spec.value_range is not None:
+        low, high = spec.value_range
+        if isinstance(spec.default, float):
+            descriptor.floating_point_range = [
+                FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)]
+        else:
+            descriptor.integer_range = [IntegerRange(from_value=low, to_value=high, step=1)]
+    return descriptor
+
+
+class ConfigurationError(ValueError):
+    """The node's parameters and model do not fit together (raised at start-up)."""
+
+
+# ------------------------------------------------------------------------------------------
+# Bounded packet queue
+
+
+@dataclass
+class QueuedPacket:
+    """A received EventPacket, reduced to what the worker needs (payload not copied)."""
+
+    encoding: str
+    data: Any  # array('B') or bytes, referenced, not copied
+    time_base: int
+    width: int
+    height: int
+    seq: int
+    stamp_ns: int
+    frame_id: str
+    estimated_events: int
+
+
+class PacketQueue:
+    """
+    Thread-safe FIFO of packets bounded by estimated events and by packet count.
+
+    put() drops the oldest whole packets to make room (a packet alone above the capacity is
+    dropped itself); the drops are counted in dropped_packets / dropped_events.
+    """
+
+    def __init__(self, max_events: int, max_packets: int = MAX_QUEUED_PACKETS):
+        self.max_events = int(max_events)
+        self.max_packets = int(max_packets)
+        self._packets = collections.deque()
+        self._events = 0
+        self._condition = threading.Condition()
+        self.dropped_packets = 0
+        self.dropped_events = 0
+
+    def put(self, packet: QueuedPacket) -> int:
+        """Enqueue `packet`; return the number of packets dropped to make room."""
+        dropped = 0
+        with self._condition:
+            if packet.estimated_events > self.max_events:
+                dropped = 1
+                self.dropped_packets += 1
+                self.dropped_events += packet.estimated_events
+                return dropped
+            while self._packets and (self._events + packet.estimated_events > self.max_events
+                                     or len(self._packets) >= self.max_packets):
+                oldest = self._packets.popleft()
+                self._events -= oldest.estimated_events
+                self.dropped_packets += 1
+                self.dropped_events += oldest.estimated_events
+                dropped += 1
+            self._packets.append(packet)
+            self._events += packet.estimated_events
+            self._condition.notify()
+        return dropped
+
+    def take_all(self, timeout_s: float) -> List[QueuedPacket]:
+        """Remove and return every queued packet, waiting up to timeout_s for the first."""
+        with self._condition:
+            if not self._packets:
+                self._condition.wait(timeout_s)
+            packets = list(self._packets)
+            self._packets.clear()
+            self._events = 0
+        return packets
+
+    def wake(self):
+        with self._condition:
+            self._condition.notify_all()
+
+    @property
+    def queued_events(self) -> int:
+        return self._events
+
+    def __len__(self):
+        return len(self._packets)
+
+
+# ------------------------------------------------------------------------------------------
+# Message conversion (no cv_bridge: the Image is five fields)
+
+
+def stamp_from_ns(t_ns: int) -> TimeMsg:
+    """builtin_interfaces/Time from integer nanoseconds (>= 0)."""
+    t_ns = max(int(t_ns), 0)
+    return TimeMsg(sec=t_ns // 1_000_000_000, nanosec=t_ns % 1_000_000_000)
+
+
+def stamp_to_ns(stamp) -> int:
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def pointcloud2_message(points: np.ndarray, stamp_ns: int, frame_id: str) -> PointCloud2:
+    """Build the ~/flow PointCloud2 from structured flow points (flow_cloud layout)."""
+    layout = pointcloud2_fields(points)
+    msg = PointCloud2()
+    msg.header.stamp = stamp_from_ns(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.height = layout['height']
+    msg.width = layout['width']
+    msg.fields = [PointField(name=name, offset=offset, datatype=datatype, count=count)
+                  for name, offset, datatype, count in layout['fields']]
+    msg.is_bigendian = layout['is_bigendian']
+    msg.point_step = layout['point_step']
+    msg.row_step = layout['row_step']
+    msg.data = layout['data']  # bytes: fast path of uint8[] assignment
+    msg.is_dense = layout['is_dense']
+    return msg
+
+
+def image_message(bgr: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
+    """sensor_msgs/Image bgr8 from an (H, W, 3) uint8 array."""
+    bgr = np.ascontiguousarray(bgr, dtype=np.uint8)
+    if bgr.ndim != 3 or bgr.shape[2] != 3:
+        raise ValueError(f'flow image must be (H, W, 3) uint8, got shape {bgr.shape}')
+    msg = Image()
+    msg.header.stamp = stamp_from_ns(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = int(bgr.shape[0]), int(bgr.shape[1])
+    msg.encoding = 'bgr8'
+    msg.is_bigendian = 0
+    msg.step = int(bgr.shape[1]) * 3
+    msg.data = bgr.tobytes()
+    return msg
+
+
+# ------------------------------------------------------------------------------------------
+# Counters for diagnostics
+
+
+class Statistics:
+    """Counters shared by the executor thread and the worker (guarded by one lock)."""
+
+    TOTALS = ('packets', 'events', 'flows', 'blocks', 'seq_gaps', 'missed_packets',
+              'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
+              'estimator_resets', 'images')
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.totals = dict.fromkeys(self.TOTALS, 0)
+        self._period = dict.fromkeys(self.TOTALS, 0)
+        self._latencies_ms = collections.deque(maxlen=LATENCY_SAMPLES)
+        self._period_start = time.monotonic()
+
+    def add(self, **counts):
+        with self._lock:
+            for name, value in counts.items():
+                self.totals[name] += value
+                self._period[name] += value
+
+    def add_latency_ms(self, latency_ms: float):
+        with self._lock:
+            self._latencies_ms.append(latency_ms)
+
+    def take_period(self) -> dict:
+        """Return rates and latency percentiles since the previous call, and the totals."""
+        with self._lock:
+            now = time.monotonic()
+            elapsed_s = max(now - self._period_start, 1e-9)
+            period = dict(self._period)
+            latencies = np.array(self._latencies_ms, dtype=np.float64)
+            self._period = dict.fromkeys(self.TOTALS, 0)
+            self._latencies_ms.clear()
+            self._period_start = now
+            totals = dict(self.totals)
+        report = {
+            'elapsed_s': elapsed_s,
+            'events_per_s': period['events'] / elapsed_s,
+            'flows_per_s': period['flows'] / elapsed_s,
+            'packets_per_s': period['packets'] / elapsed_s,
+            'latency_p50_ms': float(np.percentile(latencies, 50)) if len(latencies) else math.nan,
+            'latency_p99_ms': float(np.percentile(latencies, 99)) if len(latencies) else math.nan,
+            'period': period,
+            'totals': totals,
+        }
+        return report
+
+
+# ------------------------------------------------------------------------------------------
+# The node
+
+
+class VecKMFlowNode(Node):
+    """
+    Per-event normal flow node (see the module docstring for topics and parameters).
+
+    Raises ConfigurationError (a ValueError) or the model loader's ModelError at construction
+    when parameters and model do not fit; rclpy's ParameterException for out-of-range values.
+    """
+
+    def __init__(self, **node_kwargs):
+        super().__init__(NODE_NAME, **node_kwargs)
+        self.config = {spec.name: self.declare_parameter(spec.name, spec.default,
+                                                         _descriptor(spec)).value
+                       for spec in PARAMETERS}
+        self._setup_pipeline()
+        self.stats = Statistics()
+        self.queue = PacketQueue(self.config['max_queued_events'])
+        self._frame_id = ''
+        self._image_lock = threading.Lock()
+        self._image_flows = collections.deque()
+        self._image_flow_count = 0
+        self._image_wanted = False
+        self._newest_stamp_ns = 0
+
+        self.flow_pub = self.create_publisher(PointCloud2, '~/flow', OUTPUT_QOS)
+        self.image_pub = self.create_publisher(Image, '~/flow_image', OUTPUT_QOS)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
+                                                     OUTPUT_QOS)
+        self.events_sub = self.create_subscription(EventPacket, '~/events', self._on_packet,
+                                                   EVENTS_QOS)
+        image_rate_hz = self.config['image_rate_hz']
+        self._image_timer = None
+        if image_rate_hz > 0:
+            self._image_timer = self.create_timer(1.0 / image_rate_hz, self._on_image_timer)
+        self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
+                                                    self._on_diagnostics_timer)
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._work, name='veckm_flow_worker',
+                                        daemon=True)
+        self._worker.start()
+        model = self.model
+        self.get_logger().info(
+            f'model {self.model_name!r}: r = {model.pixel_radius} px, '
+            f'tau = {model.tau_s * 1e3:g} ms, D = {model.num_features}; '
+            f'device {self.config["device"]}, block {self.config["block_ms"]:g} ms, '
+            f'{"causal" if self.config["causal"] else "centred"} context, target stride '
+            f'{self.config["target_stride"]}, queue {self.config["max_queued_events"]} events')
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def _setup_pipeline(self):
+        """Load the model, check it against the parameters, build decoder, sync, estimator."""
+        import torch
+
+        from veckm_flow_ros.decode import PacketDecoder
+        from veckm_flow_ros.model import load_model
+        from veckm_flow_ros.timesync import SeqGapCounter, TimeSync
+        config = self.config
+        device = config['device']
+        if device not in ('cpu', 'cuda'):
+            raise ConfigurationError(f'parameter device is {device!r}; use cpu or cuda')
+        if device == 'cuda' and not torch.cuda.is_available():
+            raise ConfigurationError('parameter device is cuda but torch sees no CUDA device '
+                                     f'(torch {torch.__version__}); use device:=cpu')
+        if config['torch_threads'] > 0:
+            torch.set_num_threads(config['torch_threads'])
+        self.model_name = config['model'] or '(default shipped model)'
+        self.model = load_model(config['model'] or None)
+        check_model_fits(self.model, config)
+        self.decoder = PacketDecoder()
+        self.timesync = TimeSync()
+        # Counted on arrival, so that the node's own queue drops are not mistaken for losses.
+        self.seq_gaps = SeqGapCounter()
+        self._last_stamp_ns = None
+        self._last_sensor_t_ns = 0
+        # Built on the first packet, when the sensor size is known (rebuilt if it changes).
+        self.estimator = None
+        self.sensor_size = (0, 0)
+
+    def _estimator_for(self, width: int, height: int):
+        from veckm_flow_ros.estimator import NormalFlowEstimator
+        if self.estimator is not None and self.sensor_size == (width, height):
+            return self.estimator
+        if self.estimator is not None:
+            self.get_logger().warning(
+                f'sensor size changed from {self.sensor_size[0]}x{self.sensor_size[1]} to '
+                f'{width}x{height}: restarting the estimator')
+        config = self.config
+        self.estimator = NormalFlowEstimator(
+            self.model, width, height, device=config['device'],
+            block_s=config['block_ms'] * 1e-3, causal=config['causal'],
+            target_stride=config['target_stride'],
+            max_flows_per_block=config['max_flows_per_block'],
+            max_buffered_events=config['max_buffered_events'])
+        self.sensor_size = (width, height)
+        return self.estimator
+
+    # -- executor thread: receive -------------------------------------------------------------
+
+    def _on_packet(self, msg: EventPacket):
+        """Enqueue the packet (no decoding here); count seq gaps and queue drops."""
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        encoding = msg.encoding
+        size = len(msg.events)
+        packet = QueuedPacket(
+            encoding=encoding, data=msg.events, time_base=int(msg.time_base),
+            width=int(msg.width), height=int(msg.height), seq=int(msg.seq), stamp_ns=stamp_ns,
+            frame_id=msg.header.frame_id,
+            estimated_events=max(size // BYTES_PER_EVENT.get(encoding, 2), 1))
+        missed = self.seq_gaps.update(packet.seq)
+        dropped = self.queue.put(packet)
+        self.stats.add(packets=1, missed_packets=missed, seq_gaps=int(missed > 0),
+                       dropped_packets=dropped)
+        if missed:
+            self.get_logger().warning(
+                f'sequence gap on ~/events: seq {packet.seq} after {packet.seq - missed - 1}, '
+                f'{missed} packet(s) lost upstream (total gaps '
+                f'{self.stats.totals["seq_gaps"]})', throttle_duration_sec=5.0)
+        if dropped:
+            self.get_logger().warning(
+                f'input queue over capacity ({self.queue.max_events} events): dropped '
+                f'{dropped} oldest packet(s), {self.stats.totals["dropped_packets"]} in total; '
+                'the estimator is slower than the input (raise target_stride or lower the '
+                'event rate)', throttle_duration_sec=5.0)
+
+    # -- worker thread: decode, estimate, publish --------------------------------------------
+
+    def _work(self):
+        while not self._stop.is_set():
+            packets = self.queue.take_all(timeout_s=0.05)
+            if not packets:
+                continue
+            try:
+                self._process(packets)
+            except Exception as error:  # noqa: B902 - the worker must survive and say why
+                self.stats.add(bad_packets=len(packets))
+                self.get_logger().error(
+                    f'failed to process {len(packets)} packet(s): {type(error).__name__}: '
+                    f'{error}', throttle_duration_sec=5.0)
+                self._reset_stream(f'{type(error).__name__} while processing')
+
+    def _process(self, packets: List[QueuedPacket]):
+        """Decode the packets in order and push their events as one batch per sensor size."""
+        batch = []
+        for packet in packets:
+            events = self._decode(packet)
+            if events is None or len(events) == 0:
+                continue
+            restart = self._is_restart(packet, events)
+            size = (packet.width, packet.height)
+            if batch and (restart or size != self.sensor_size):
+                self._estimate(batch)
+                batch = []
+            if restart:
+                self._reset_stream('the stream restarted (time went back)')
+            self._estimator_for(*size)
+            self.timesync.update(packet.stamp_ns, events)
+            self._frame_id = packet.frame_id
+            self._last_stamp_ns = packet.stamp_ns
+            self._last_sensor_t_ns = int(events.t_ns[-1])
+            batch.append(events)
+        if batch:
+            self._estimate(batch)
+
+    def _is_restart(self, packet: QueuedPacket, events) -> bool:
+        """Header stamp or sensor time going back means a new stream (bag loop, driver)."""
+        if self._last_stamp_ns is None:
+            return False
+        return (packet.stamp_ns < self._last_stamp_ns
+                or int(events.t_ns[0]) < self._last_sensor_t_ns - RESTART_TOLERANCE_NS)
+
+    def _decode(self, packet: QueuedPacket):
+        """Return the packet's EventArray, or None when it cannot be decoded (counted)."""
+        from veckm_flow_ros.decode import DecodeError
+        try:
+            result = self.decoder.decode(packet.encoding, packet.data, packet.time_base,
+                                         packet.width, packet.height)
+        except DecodeError as error:
+            self.stats.add(bad_packets=1)
+            self.get_logger().warning(
+                f'dropping packet seq {packet.seq}: {error} ({self.stats.totals["bad_packets"]} '
+                'bad packets so far)', throttle_duration_sec=5.0)
+            return None
+        if result.problems:
+            self.stats.add(decode_problems=len(result.problems))
+            self.get_logger().warning(
+                f'packet seq {packet.seq} ({packet.encoding}): {"; ".join(result.problems)} '
+                f'({self.stats.totals["decode_problems"]} decode problems so far)',
+                throttle_duration_sec=5.0)
+        self.stats.add(events=len(result.events))
+        return result.events
+
+    def _estimate(self, batch):
+        from veckm_flow_ros.events import EventArray
+        for block in self.estimator.push(EventArray.concatenate(batch)):
+            self._publish_block(block)
+
+    def _publish_block(self, block):
+        count = len(block.t_ns)
+        if count == 0:
+            return
+        t_newest_ns = int(block.t_newest_ns)
+        stamp_ns = self.timesync.to_ros_ns(t_newest_ns)
+        t_rel_s = (np.asarray(block.t_ns, dtype=np.int64) - t_newest_ns) * 1e-9
+        confidence = block.confidence if self.config['publish_confidence'] else None
+        points = make_flow_points(block.x, block.y, t_rel_s, block.u_px_s, block.v_px_s,
+                                  confidence)
+        self.flow_pub.publish(pointcloud2_message(points, stamp_ns, self._frame_id))
+        now_ns = self.get_clock().now().nanoseconds
+        self.stats.add(flows=count, blocks=1)
+        self.stats.add_latency_ms((now_ns - stamp_ns) * 1e-6)
+        self._newest_stamp_ns = stamp_ns
+        if self._image_wanted:
+            self._keep_for_image(points)
+
+    def _reset_stream(self, reason: str):
+        """Forget decoder, time mapping and estimator state; counted and logged."""
+        from veckm_flow_ros.decode import PacketDecoder
+        from veckm_flow_ros.timesync import TimeSync
+        self.decoder = PacketDecoder()
+        self.timesync = TimeSync()
+        if self.estimator is not None:
+            self.estimator.reset()
+        self._last_stamp_ns = None
+        self._last_sensor_t_ns = 0
+        self.stats.add(estimator_resets=1)
+        self.get_logger().info(f'resetting decoder, time sync and estimator: {reason}',
+                               throttle_duration_sec=1.0)
+
+    # -- flow image ---------------------------------------------------------------------------
+
+    def _keep_for_image(self, points):
+        with self._image_lock:
+            self._image_flows.append(points)
+            self._image_flow_count += len(points)
+            while self._image_flow_count > IMAGE_MAX_FLOWS and len(self._image_flows) > 1:
+                self._image_flow_count -= len(self._image_flows.popleft())
+
+    def _on_image_timer(self):
+        if self.image_pub.get_subscription_count() == 0:
+            if self._image_wanted:
+                self._image_wanted = False
+                with self._image_lock:
+                    self._image_flows.clear()
+                    self._image_flow_count = 0
+            return
+        self._image_wanted = True
+        with self._image_lock:
+            chunks = list(self._image_flows)
+            self._image_flows.clear()
+            self._image_flow_count = 0
+        width, height = self.sensor_size
+        if width == 0 or height == 0:
+            return  # no packet decoded yet: the sensor size is unknown
+        from veckm_flow_ros.visualize import render_flow_image
+        points = np.concatenate(chunks) if chunks else make_flow_points([], [], [], [], [])
+        max_speed_px_s = self.config['image_max_speed_px_s'] or None
+        bgr = render_flow_image(points['x'], points['y'], points['u'], points['v'], width,
+                                height, max_speed_px_s=max_speed_px_s)
+        self.image_pub.publish(image_message(bgr, self._newest_stamp_ns, self._frame_id))
+        self.stats.add(images=1)
+
+    # -- diagnostics --------------------------------------------------------------------------
+
+    def _on_diagnostics_timer(self):
+        report = self.stats.take_period()
+        totals = report['totals']
+        period = report['period']
+        level = DiagnosticStatus.OK
+        message = 'ok'
+        if period['dropped_packets'] or period['bad_packets']:
+            level, message = DiagnosticStatus.WARN, 'dropping input (over capacity or bad)'
+        elif period['missed_packets']:
+            level, message = DiagnosticStatus.WARN, 'sequence gaps in the input'
+        elif period['packets'] == 0:
+            level, message = DiagnosticStatus.OK, 'no input'
+        values = {
+            'input events/s': f'{report["events_per_s"]:.0f}',
+            'input packets/s': f'{report["packets_per_s"]:.1f}',
+            'flows/s': f'{report["flows_per_s"]:.0f}',
+            'latency p50 [ms]': f'{report["latency_p50_ms"]:.1f}',
+            'latency p99 [ms]': f'{report["latency_p99_ms"]:.1f}',
+            'queued events': str(self.queue.queued_events),
+            'seq gaps (total)': str(totals['seq_gaps']),
+            'packets lost upstream (total)': str(totals['missed_packets']),
+            'dropped packets (total)': str(totals['dropped_packets']),
+            'bad packets (total)': str(totals['bad_packets']),
+            'decode problems (total)': str(totals['decode_problems']),
+            'estimator resets (total)': str(totals['estimator_resets']),
+            'flows (total)': str(totals['flows']),
+        }
+        status = DiagnosticStatus(level=level, name=f'{self.get_name()}: normal flow',
+                                  message=message, hardware_id=self._frame_id,
+                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics_pub.publish(array)
+        self.get_logger().info(
+            f'{report["events_per_s"] / 1e6:.2f} M events/s in, '
+            f'{report["flows_per_s"] / 1e6:.2f} M flows/s out, latency p50 '
+            f'{report["latency_p50_ms"]:.1f} ms p99 {report["latency_p99_ms"]:.1f} ms; '
+            f'seq gaps {totals["seq_gaps"]}, dropped packets {totals["dropped_packets"]}, '
+            f'decode problems {totals["decode_problems"]}', throttle_duration_sec=5.0)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def stop_worker(self, timeout_s: float = 5.0):
+        """Stop the worker thread (idempotent); call before destroy_node."""
+        self._stop.set()
+        self.queue.wake()
+        if self._worker.is_alive():
+            self._worker.join(timeout_s)
+
+    def destroy_node(self):
+        self.stop_worker()
+        return super().destroy_node()
+
+
+def check_model_fits(model, config: dict):
+    """Raise ConfigurationError when the model contradicts the parameters (names values)."""
+    radius = config['pixel_radius']
+    if radius and radius != model.pixel_radius:
+        raise ConfigurationError(
+            f'parameter pixel_radius is {radius} px but model {config["model"] or "(default)"} '
+            f'was trained with r = {model.pixel_radius} px; set pixel_radius to 0 or '
+            f'{model.pixel_radius}, or choose a model with r = {radius}')
+    tau_ms = config['tau_ms']
+    model_tau_ms = model.tau_s * 1e3
+    if tau_ms and abs(tau_ms - model_tau_ms) > 1e-6 * max(tau_ms, 1.0):
+        raise ConfigurationError(
+            f'parameter tau_ms is {tau_ms:g} ms but model {config["model"] or "(default)"} '
+            f'was trained with tau = {model_tau_ms:g} ms; set tau_ms to 0 or {model_tau_ms:g}')
+    block_ms = config['block_ms']
+    if not config['causal'] and block_ms > 2 * model_tau_ms:
+        raise ConfigurationError(
+            f'parameter block_ms is {block_ms:g} ms, longer than the context slice of the model '
+            f'2 tau = {2 * model_tau_ms:g} ms; use block_ms <= {2 * model_tau_ms:g}')
+
+
+def main(args=None):
+    """Console script veckm_flow_node: run the node until shutdown; returns the exit status."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        try:
+            node = VecKMFlowNode()
+        except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
+            print(f'{NODE_NAME}: error: {error}', file=sys.stderr)
+            return 1
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        try:
+            executor.spin()
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
+        return 0
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+if __name__ == '__main__':
+    sys.exit(main())
