@@ -1,0 +1,120 @@
+// Copyright 2026 The veckm_flow_ros Authors
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+// The per-event and per-pixel arithmetic of the VecKM encoding, written once for the CPU and
+// the CUDA kernels (both include this header, so the CPU tests exercise the GPU's math).
+//
+// The encoding of a target n (DESIGN.md section 2.2) is rewritten as
+//
+//   f_n[k] = sqrt(D) / C_n * exp(-i phase_n[k]) * sum_{pixels p in window(n)} Q_p[k]
+//   Q_p[k] = sum_{events j at p} exp(i phase_j[k])
+//   phase_j[k] = t_j / tau * T[k] + x_j / r * X[k] + y_j / r * Y[k]   (absolute, then wrapped)
+//
+// so that the window sum is a plain (unmodulated) box sum of Q over (2r+1)^2 pixels, which
+// is separable and computed with running sums whose cost does not depend on r. Phases are
+// formed in float64 and wrapped to [-pi, pi] before the float32 sine/cosine, so absolute
+// pixel coordinates and times (relative to a reference event, in int64 ns) lose no precision.
+
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define VECKM_HOST_DEVICE __host__ __device__
+#else
+#define VECKM_HOST_DEVICE
+#endif
+
+namespace veckm_flow {
+
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+constexpr double kInvTwoPi = 0.159154943091895335768883763372;
+// Adding then subtracting 1.5 * 2^52 rounds a double to the nearest integer (|v| < 2^51)
+// without a libm call, so the loops vectorise on the CPU and stay identical on the GPU.
+constexpr double kRoundDouble = 6755399441055744.0;
+// Same trick for float (|v| < 2^22).
+constexpr float kRoundFloat = 12582912.0f;
+
+// Wraps a phase (radians) into [-pi, pi].
+VECKM_HOST_DEVICE inline double wrap_phase(double phase) {
+  const double turns = (phase * kInvTwoPi + kRoundDouble) - kRoundDouble;
+  return phase - turns * kTwoPi;
+}
+
+// cos and sin of a float phase of moderate size (|phase| < 1e4; ours are in [-3 pi, 3 pi]).
+// Cody-Waite reduction by pi/2 in three parts, then minimax polynomials on [-pi/4, pi/4]
+// (max error about 1e-7). Branch-free so that it vectorises.
+VECKM_HOST_DEVICE inline void unit_phasor(float phase, float* cos_out, float* sin_out) {
+  const float quarter_turns = (phase * 0.636619772367581343f + kRoundFloat) - kRoundFloat;
+  float reduced = phase - quarter_turns * 1.5703125f;
+  reduced = reduced - quarter_turns * 4.837512969970703125e-4f;
+  reduced = reduced - quarter_turns * 7.54978995489188216e-8f;
+  const float r2 = reduced * reduced;
+  const float sin_r =
+      reduced + reduced * r2 * (-1.6666654611e-1f + r2 * (8.3321608736e-3f + r2 * -1.9515295891e-4f));
+  const float cos_r =
+      1.0f - 0.5f * r2 +
+      r2 * r2 * (4.166664568298827e-2f + r2 * (-1.388731625493765e-3f + r2 * 2.443315711809948e-5f));
+  const int quadrant = static_cast<int>(quarter_turns);
+  const bool swap = (quadrant & 1) != 0;
+  const float sin_base = swap ? cos_r : sin_r;
+  const float cos_base = swap ? sin_r : cos_r;
+  *sin_out = (quadrant & 2) ? -sin_base : sin_base;
+  *cos_out = ((quadrant + 1) & 2) ? -cos_base : cos_base;
+}
+
+// Time of an event in units of tau, relative to a reference event: the int64 subtraction is
+// exact, and the result is small, so float64 keeps sub-nanosecond resolution.
+VECKM_HOST_DEVICE inline double relative_time_units(int64_t t_ns, int64_t t_ref_ns,
+                                                    double inv_tau_ns) {
+  return static_cast<double>(t_ns - t_ref_ns) * inv_tau_ns;
+}
+
+// Wrapped time phase t / tau * T[k] of one event for channel k.
+VECKM_HOST_DEVICE inline float time_phase(double time_units, float freq_t) {
+  return static_cast<float>(wrap_phase(time_units * static_cast<double>(freq_t)));
+}
+
+// Wrapped spatial phase (x X[k] + y Y[k]) / r of a pixel for channel k.
+VECKM_HOST_DEVICE inline float pixel_phase(int32_t x, int32_t y, float freq_x, float freq_y,
+                                           double inv_radius) {
+  return static_cast<float>(wrap_phase(
+      (static_cast<double>(x) * static_cast<double>(freq_x) +
+       static_cast<double>(y) * static_cast<double>(freq_y)) * inv_radius));
+}
+
+// (a_re + i a_im) * (b_re + i b_im), in place on a.
+template <typename T, typename U>
+VECKM_HOST_DEVICE inline void complex_multiply(T* a_re, T* a_im, U b_re, U b_im) {
+  const T re = *a_re * static_cast<T>(b_re) - *a_im * static_cast<T>(b_im);
+  const T im = *a_re * static_cast<T>(b_im) + *a_im * static_cast<T>(b_re);
+  *a_re = re;
+  *a_im = im;
+}
+
+// Normalised window sum of one target pixel for channel k:
+//   box_sum * exp(-i pixel_phase) * sqrt(D) / count.
+// Everything but the target's own time phase; count > 0 always holds here because the target
+// pixel holds at least the target event.
+VECKM_HOST_DEVICE inline void normalise_pooled(double box_re, double box_im, float pixel_phase_k,
+                                               double scale, float* out_re, float* out_im) {
+  float cos_p, sin_p;
+  unit_phasor(pixel_phase_k, &cos_p, &sin_p);
+  double re = box_re, im = box_im;
+  complex_multiply(&re, &im, cos_p, -sin_p);
+  *out_re = static_cast<float>(re * scale);
+  *out_im = static_cast<float>(im * scale);
+}
+
+}  // namespace veckm_flow
