@@ -167,8 +167,8 @@ class FlowCollector:
     def add(self, block, stamp_ns: int):
         t_ns = np.asarray(block.t_ns, np.int64)
         stamp = stamp_ns + (t_ns - int(block.t_newest_ns))
-        confidence = None if block.confidence is None else np.asarray(block.confidence,
-                                                                     np.float32)
+        confidence = (None if block.confidence is None
+                      else np.asarray(block.confidence, np.float32))
         self._chunks.append((t_ns, np.asarray(block.x, np.float32),
                              np.asarray(block.y, np.float32),
                              np.asarray(block.u_px_s, np.float32),
@@ -576,4 +576,3 @@ def _progress_bar(total, enabled):
     from tqdm import tqdm
     return tqdm(total=total, unit='msg', file=sys.stderr, disable=not enabled,
                 dynamic_ncols=True, leave=False)
-

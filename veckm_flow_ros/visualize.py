@@ -26,6 +26,7 @@ clipped). Pixels without flow are black. A small wheel in the top-right corner i
 with the maximum speed written under it.
 """
 
+import functools
 import math
 
 import cv2
@@ -100,25 +101,19 @@ def _pixel_index(x, y, width: int, height: int):
 
 def mean_flow_per_pixel(x, y, u_px_s, v_px_s, width: int, height: int):
     """
-    Average the flows that fall on each pixel.
+    Average the flows that fall on each pixel, for the pixels that have any.
 
-    Returns (u_mean, v_mean, count): float64 (height, width) arrays in px/s, and int64 counts;
-    u_mean = v_mean = 0 where count == 0. Flows outside the image or non-finite are ignored.
+    Returns (pixel, u_mean, v_mean): int64 (K,) flat pixel indices (y * width + x), sorted,
+    and float64 (K,) mean flows in px/s. Flows outside the image or non-finite are ignored.
     """
     u = np.asarray(u_px_s, np.float64).reshape(-1)
     v = np.asarray(v_px_s, np.float64).reshape(-1)
     index, keep = _pixel_index(x, y, width, height)
     keep &= np.isfinite(u) & np.isfinite(v)
-    index, u, v = index[keep], u[keep], v[keep]
-    size = width * height
-    count = np.bincount(index, minlength=size)
-    sum_u = np.bincount(index, weights=u, minlength=size)
-    sum_v = np.bincount(index, weights=v, minlength=size)
-    with np.errstate(invalid='ignore', divide='ignore'):
-        u_mean = np.where(count > 0, sum_u / np.maximum(count, 1), 0.0)
-        v_mean = np.where(count > 0, sum_v / np.maximum(count, 1), 0.0)
-    shape = (height, width)
-    return u_mean.reshape(shape), v_mean.reshape(shape), count.reshape(shape)
+    pixel, inverse, count = np.unique(index[keep], return_inverse=True, return_counts=True)
+    u_mean = np.bincount(inverse, weights=u[keep], minlength=len(pixel)) / np.maximum(count, 1)
+    v_mean = np.bincount(inverse, weights=v[keep], minlength=len(pixel)) / np.maximum(count, 1)
+    return pixel, u_mean, v_mean
 
 
 def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
@@ -131,40 +126,37 @@ def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
     px/s. Flows on the same pixel are averaged. max_speed_px_s: speed shown at full
     brightness; None picks a nice number above the 95th percentile of the speeds. Pixels
     without flow are black. legend: draw the colour wheel and the max-speed label.
-    dot_radius_px: grow each flow into empty pixels up to this many pixels away (sparse flows
-    are easier to see; 0 = one pixel per flow).
+    dot_radius_px: also paint the empty pixels up to this many pixels away (a square) with
+    the colour of a neighbouring flow (sparse flows are easier to see; 0 = one pixel each).
     """
     _check_size(width, height)
     if max_speed_px_s is None:
         max_speed_px_s = auto_max_speed_px_s(u_px_s, v_px_s)
-    u_mean, v_mean, count = mean_flow_per_pixel(x, y, u_px_s, v_px_s, width, height)
-    for _ in range(int(dot_radius_px)):
-        u_mean, v_mean, count = _grow_into_empty(u_mean, v_mean, count)
+    pixel, u_mean, v_mean = mean_flow_per_pixel(x, y, u_px_s, v_px_s, width, height)
+    colors = flow_colors(u_mean, v_mean, max_speed_px_s)
     image = np.zeros((height, width, 3), np.uint8)
-    has_flow = count > 0
-    image[has_flow] = flow_colors(u_mean[has_flow], v_mean[has_flow], max_speed_px_s)
+    flat = image.reshape(-1, 3)
+    flat[pixel] = colors
+    if dot_radius_px > 0 and len(pixel):
+        # Dilate an image of flow ids (1..K, exact in float32): each empty pixel takes one
+        # neighbour's flow instead of a blend of colours.
+        ids = np.zeros(width * height, np.float32)
+        ids[pixel] = np.arange(1, len(pixel) + 1, dtype=np.float32)
+        size = 2 * int(dot_radius_px) + 1
+        grown = cv2.dilate(ids.reshape(height, width), np.ones((size, size), np.uint8))
+        grown = grown.reshape(-1).astype(np.int64)
+        fill = (ids == 0) & (grown > 0)
+        flat[fill] = colors[grown[fill] - 1]
     if legend:
         draw_color_wheel_legend(image, max_speed_px_s)
     return image
 
 
-def _grow_into_empty(u_mean, v_mean, count):
-    """Give each empty pixel the flow of a non-empty 8-neighbour (one step of dilation)."""
-    height, width = count.shape
-    u_out, v_out, count_out = u_mean.copy(), v_mean.copy(), count.copy()
-    for dy in (-1, 0, 1):
-        for dx in (-1, 0, 1):
-            if dx == 0 and dy == 0:
-                continue
-            target = (slice(max(dy, 0), height + min(dy, 0)),
-                      slice(max(dx, 0), width + min(dx, 0)))
-            source = (slice(max(-dy, 0), height + min(-dy, 0)),
-                      slice(max(-dx, 0), width + min(-dx, 0)))
-            fill = (count_out[target] == 0) & (count[source] > 0)
-            u_out[target][fill] = u_mean[source][fill]
-            v_out[target][fill] = v_mean[source][fill]
-            count_out[target][fill] = count[source][fill]
-    return u_out, v_out, count_out
+@functools.lru_cache(maxsize=16)
+def _cached_color_wheel(radius_px: int, max_speed_px_s: float) -> np.ndarray:
+    wheel = color_wheel(radius_px, max_speed_px_s)
+    wheel.setflags(write=False)
+    return wheel
 
 
 def color_wheel(radius_px: int, max_speed_px_s: float = 1.0) -> np.ndarray:
@@ -198,7 +190,7 @@ def draw_color_wheel_legend(image: np.ndarray, max_speed_px_s: float) -> np.ndar
     left, top = width - box_w, 0
     # A dark box so that the legend reads on any background, black included.
     image[top:top + box_h, left:left + box_w] = (40, 40, 40)
-    wheel = color_wheel(radius, max_speed_px_s)
+    wheel = _cached_color_wheel(radius, float(max_speed_px_s))
     wx = left + (box_w - wheel.shape[1]) // 2
     wy = top + margin
     inside = wheel.any(axis=2)

@@ -27,7 +27,7 @@ def register(subparsers):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('bag', help='input bag directory or .db3/.mcap file')
     parser.add_argument('--topic', default=None,
-                        help='event topic (default: the bag\'s only event topic)')
+                        help="event topic (default: the bag's only event topic)")
     parser.add_argument('--model', default=None,
                         help='model: a shipped model name, an .npz checkpoint, or a published '
                              'VecKM_flow_cpp folder (default: the shipped default model)')
@@ -43,7 +43,7 @@ def register(subparsers):
                         help='estimate the flow of every K-th event (context uses all)')
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     parser.add_argument('--block-ms', type=float, default=5.0,
-                        help='target block length [ms], as the node\'s block_ms')
+                        help="target block length [ms], as the node's block_ms")
     parser.add_argument('--causal', action='store_true',
                         help='use past context only (lower latency, lower accuracy)')
     parser.add_argument('--duration', type=float, default=None, metavar='SECONDS',

@@ -1,0 +1,230 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+`veckm-flow demo`: the bundled simulated recording through the replay path, with pictures.
+
+Steps: load the shipped default model; replay veckm_flow_ros/data/demo_scene.mcap (evt3
+EventPackets made by the project's simulator) exactly as `veckm-flow replay` does, writing a
+flow bag, per-event flows, PNG frames and an mp4; score the flows against the recording's
+exact ground truth (demo_scene.npz) next to the plane-fitting baseline; draw the predicted
+flow beside the ground truth and the error against speed. When the real recordings of the
+project's shared data are present (../shared/data/recordings from the project root), also
+replay the 640x480 evt3 recording and draw one frame of it.
+"""
+
+import argparse
+import pathlib
+import shutil
+
+DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / 'data'
+DEMO_BAG = DATA_DIR / 'demo_scene.mcap'
+DEMO_TRUTH = DATA_DIR / 'demo_scene.npz'
+PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[2]
+DEFAULT_RECORDINGS = PROJECT_ROOT.parent / 'shared' / 'data' / 'recordings'
+REAL_EVT3 = 'py_test_events_1'
+# The outputs this command writes (and replaces on the next run) inside --out-dir.
+OUTPUT_NAMES = ('flow_bag', 'flows.npz', 'frames', 'demo.mp4', 'comparison.png',
+                'error_vs_speed.png', 'metrics.txt', 'real_evt3_640x480.png',
+                'real_evt3_640x480.mp4')
+QUICK_DURATION_S = 0.1
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        'demo', help='replay the bundled simulated recording: pictures + evaluation table',
+        description='Replay the bundled recording (simulated, with exact ground truth) '
+                    'through the estimator with the shipped default model; write pictures, '
+                    'an mp4 and a flow bag, and print the evaluation table.',
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument('--out-dir', default='out/demo', help='where to write the outputs')
+    parser.add_argument('--model', default=None,
+                        help='model (default: the shipped default model)')
+    parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
+    parser.add_argument('--quick', action='store_true',
+                        help=f'only the first {QUICK_DURATION_S} s, no baseline, no real '
+                             'recording (for tests)')
+    parser.add_argument('--recordings', default=str(DEFAULT_RECORDINGS),
+                        help='directory of the real recordings (skipped when absent)')
+    parser.add_argument('--no-progress', action='store_true', help='no progress bars')
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from veckm_flow_ros.model import load_model, ModelError
+    from veckm_flow_ros.replay import load_flows_npz, replay_bag, ReplayOptions, ReplayOutputs
+    from veckm_flow_ros.sequences import load_sequence
+
+    for path in (DEMO_BAG, DEMO_TRUTH):
+        if not path.is_file():
+            raise FileNotFoundError(f'the bundled demo recording {path} is missing; regenerate '
+                                    'it with scripts/make_demo_data.py')
+    try:
+        model = load_model(args.model)
+    except ModelError as error:
+        if args.model is not None:
+            raise
+        raise ValueError(f'the demo needs the shipped default model: {error}') from None
+
+    out_dir = pathlib.Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _remove_previous_outputs(out_dir)
+    duration_s = QUICK_DURATION_S if args.quick else None
+    progress = not args.no_progress
+
+    print(f'model      {model.name} (r = {model.pixel_radius} px, tau = '
+          f'{model.tau_s * 1e3:g} ms)')
+    print(f'recording  {DEMO_BAG} (simulated, ground truth in {DEMO_TRUTH.name})')
+    options = ReplayOptions(device=args.device, duration_s=duration_s, progress=progress)
+    outputs = ReplayOutputs(bag=out_dir / 'flow_bag', npz=out_dir / 'flows.npz',
+                            video=out_dir / 'demo.mp4', png_dir=out_dir / 'frames')
+    summary = replay_bag(DEMO_BAG, model, options, outputs)
+    print(summary.table())
+
+    sequence = load_sequence(DEMO_TRUTH)
+    flows = load_flows_npz(outputs.npz)
+    table, rows = evaluate_demo(sequence, flows, summary, baseline=not args.quick)
+    print()
+    print(table)
+    (out_dir / 'metrics.txt').write_text(table + '\n')
+    written = [str(out_dir / 'metrics.txt')]
+    written.append(draw_comparison(sequence, flows, out_dir / 'comparison.png'))
+    plot = draw_error_vs_speed(sequence, flows, out_dir / 'error_vs_speed.png')
+    if plot:
+        written.append(plot)
+
+    recordings = pathlib.Path(args.recordings)
+    if not args.quick and (recordings / REAL_EVT3).exists():
+        written += replay_real(recordings / REAL_EVT3, model, args.device, out_dir, progress)
+    elif not args.quick:
+        print(f'\n(real recordings not found at {recordings}: skipped the 640x480 evt3 replay)')
+
+    print('\noutputs:')
+    for path in summary.written + written:
+        print(f'  {path}')
+    return 0
+
+
+def _remove_previous_outputs(out_dir: pathlib.Path):
+    """Delete this command's own outputs from a previous run (nothing else in out_dir)."""
+    for name in OUTPUT_NAMES:
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _truth_of_flows(sequence, flows):
+    from veckm_flow_ros.sequences import ground_truth_at
+    return ground_truth_at(sequence, flows['t_ns'], flows['x'], flows['y'])
+
+
+def evaluate_demo(sequence, flows, summary, baseline=True):
+    """
+    Score the replayed flows (and the plane-fitting baseline) against the ground truth.
+
+    Only events inside the replayed time span are scored (a --quick run covers less).
+    Returns (table text, {row name: metrics}).
+    """
+    import numpy as np
+
+    from veckm_flow_ros.metrics import format_table, MetricsAccumulator
+    from veckm_flow_ros.sequences import match_events
+    events = sequence.events
+    in_span = (events.t_ns >= (summary.t_first_ns or 0)) & (
+        events.t_ns <= (summary.t_last_ns if summary.t_last_ns is not None else -1))
+    # Per-event predictions in the sequence's order: the flow replayed at (t, x, y).
+    predicted = np.full((len(events), 2), np.nan, np.float32)
+    index = match_events(sequence, flows['t_ns'], flows['x'], flows['y'])
+    found = index >= 0
+    predicted[index[found]] = np.stack([flows['u_px_s'], flows['v_px_s']], 1)[found]
+    accumulator = MetricsAccumulator()
+    accumulator.add('VecKM (this package)', predicted, sequence.flow_px_s, in_span)
+    if baseline:
+        from veckm_flow_ros.planefit import plane_fit_flow
+        planes = plane_fit_flow(events[in_span], sequence.width, sequence.height)
+        full = np.full((len(events), 2), np.nan, np.float32)
+        full[in_span] = planes
+        accumulator.add('plane fitting (baseline)', full, sequence.flow_px_s, in_span)
+    rows = accumulator.per_sequence()
+    return format_table(rows, title='demo_scene (exact ground truth)'), rows
+
+
+def draw_comparison(sequence, flows, path: pathlib.Path) -> str:
+    """Predicted normal flow beside the ground-truth optical flow for 40 ms mid-replay."""
+    import cv2
+    import numpy as np
+
+    from veckm_flow_ros import visualize
+    t_ns = flows['t_ns']
+    truth = _truth_of_flows(sequence, flows)
+    if len(t_ns):
+        middle = int(np.median(t_ns))
+        window = (t_ns >= middle - 20_000_000) & (t_ns < middle + 20_000_000)
+    else:
+        window = np.zeros(0, bool)
+    x, y = flows['x'][window], flows['y'][window]
+    max_speed = visualize.auto_max_speed_px_s(truth[window, 0], truth[window, 1])
+    predicted = visualize.render_flow_image(x, y, flows['u_px_s'][window],
+                                            flows['v_px_s'][window], sequence.width,
+                                            sequence.height, max_speed, dot_radius_px=1)
+    gt = visualize.render_flow_image(x, y, truth[window, 0], truth[window, 1], sequence.width,
+                                     sequence.height, max_speed, dot_radius_px=1)
+    events = sequence.events
+    in_window = (events.t_ns >= (middle - 20_000_000 if len(t_ns) else 0)) & (
+        events.t_ns < (middle + 20_000_000 if len(t_ns) else 0))
+    arrows = visualize.render_arrow_image(
+        events.x[in_window], events.y[in_window], events.p[in_window], x, y,
+        flows['u_px_s'][window], flows['v_px_s'][window], sequence.width, sequence.height,
+        max_speed)
+    image = visualize.side_by_side([('events + predicted arrows', arrows),
+                                    ('predicted normal flow', predicted),
+                                    ('ground-truth optical flow', gt)])
+    cv2.imwrite(str(path), image)
+    return str(path)
+
+
+def draw_error_vs_speed(sequence, flows, path: pathlib.Path):
+    """Plot the endpoint error against ground-truth speed (evaluate.plot_error_vs_speed)."""
+    import numpy as np
+    try:
+        from veckm_flow_ros.evaluate import plot_error_vs_speed
+    except ImportError:
+        return None
+    truth = _truth_of_flows(sequence, flows)
+    predicted = np.stack([flows['u_px_s'], flows['v_px_s']], 1)
+    plot_error_vs_speed({'VecKM': (predicted, truth)}, path)
+    return str(path)
+
+
+def replay_real(bag_path: pathlib.Path, model, device, out_dir: pathlib.Path, progress):
+    """Replay the real 640x480 evt3 recording; write its video and one mid-recording frame."""
+    from veckm_flow_ros.replay import replay_bag, ReplayOptions, ReplayOutputs
+    print(f'\nreal recording  {bag_path} (640x480 evt3, no ground truth)')
+    frames_dir = out_dir / 'real_frames_tmp'
+    if frames_dir.exists():
+        shutil.rmtree(frames_dir)
+    video = out_dir / 'real_evt3_640x480.mp4'
+    summary = replay_bag(bag_path, model, ReplayOptions(device=device, progress=progress),
+                         ReplayOutputs(video=video, png_dir=frames_dir))
+    print(summary.table())
+    frames = sorted(frames_dir.glob('frame_*.png'))
+    written = [str(video)]
+    if frames:
+        picture = out_dir / 'real_evt3_640x480.png'
+        shutil.copyfile(frames[len(frames) // 2], picture)
+        written.append(str(picture))
+    shutil.rmtree(frames_dir)
+    return written
