@@ -38,7 +38,7 @@ def encode(t_ns: torch.Tensor, x: torch.Tensor, y: torch.Tensor, target_index: t
     + (y_j - y_n)/r Y[k]]), over the events j whose pixel lies in the (2r+1)^2 window of the
     target's pixel (the target included); C_n is their number.
 
-    Args:
+    Inputs:
         t_ns: int64 [N], event times in ns (absolute sensor stamps are fine; differences
             are taken in int64 before any float conversion).
         x, y: int32, int16 or uint16 [N], pixel coordinates (x right, y down). Events outside
@@ -49,7 +49,7 @@ def encode(t_ns: torch.Tensor, x: torch.Tensor, y: torch.Tensor, target_index: t
         tau_s: t_radius of the model in seconds (half its time slice).
         pixel_radius: r in pixels.
 
-    Returns:
+    Outputs:
         features: float32 [M, 2D], concat(Re f, Im f).
         count: int32 [M], C_n; 0 for a target outside the image (its features are 0: invalid).
     """
