@@ -41,7 +41,8 @@ def _extension():
     sources = (glob.glob(os.path.join(CSRC, '*.cpp'))
                + glob.glob(os.path.join(CSRC, 'cpu', '*.cpp')))
     include_dirs = [CSRC]
-    cxx_flags = ['-O3', '-g0', '-std=c++17', '-fopenmp']
+    # No -std flag: torch's BuildExtension picks the C++ standard its headers need.
+    cxx_flags = ['-O3', '-g0', '-fopenmp']
     extra_link_args = ['-fopenmp']
     if with_cuda:
         sources += glob.glob(os.path.join(CSRC, 'cuda', '*.cu'))
@@ -49,7 +50,7 @@ def _extension():
         include_dirs += glob.glob(os.path.join(
             os.path.dirname(cpp_extension.__file__), '..', '..', '..', 'nvidia', 'cu*', 'include'))
         extension_class = cpp_extension.CUDAExtension
-        compile_args = {'cxx': cxx_flags, 'nvcc': ['-O3', '--use_fast_math', '-std=c++17']}
+        compile_args = {'cxx': cxx_flags, 'nvcc': ['-O3']}
     else:
         extension_class = cpp_extension.CppExtension
         compile_args = {'cxx': cxx_flags}
