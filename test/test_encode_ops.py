@@ -1,0 +1,223 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The compiled encode / flow_mlp ops against the pure-torch references (CPU; CUDA if built)."""
+
+import math
+
+import pytest
+import torch
+
+from veckm_flow_ros import ops, reference
+
+
+def _devices():
+    devices = ['cpu']
+    if torch.cuda.is_available():
+        devices.append('cuda')
+    return devices
+
+
+DEVICES = pytest.mark.parametrize('device', _devices())
+
+
+def _frequencies(d, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(5.0 * torch.randn(d, generator=generator) for _ in range(3))
+
+
+def _random_events(n, width, height, seed, margin=0, span_ns=24_000_000,
+                   t0_ns=1_700_000_000_000_000_000):
+    generator = torch.Generator().manual_seed(seed)
+    t_ns = torch.randint(0, span_ns, (n,), generator=generator).sort().values + t0_ns
+    x = torch.randint(-margin, width + margin, (n,), generator=generator, dtype=torch.int32)
+    y = torch.randint(-margin, height + margin, (n,), generator=generator, dtype=torch.int32)
+    return t_ns, x, y
+
+
+def _relative_error(features, expected):
+    """Per-target relative L2 error (targets with zero reference features use absolute)."""
+    difference = (features.double().cpu() - expected).norm(dim=1)
+    return (difference / expected.norm(dim=1).clamp(min=1.0)).max().item()
+
+
+def _encode_both(device, t_ns, x, y, targets, width, height, radius, d=64, tau_s=0.012):
+    freq_t, freq_x, freq_y = _frequencies(d)
+    expected, expected_count = reference.encode_closed_form(
+        t_ns, x, y, targets, width, height, freq_t, freq_x, freq_y, tau_s, radius)
+    features, count = ops.encode(
+        t_ns.to(device), x.to(device), y.to(device), targets.to(device), width, height,
+        freq_t.to(device), freq_x.to(device), freq_y.to(device), tau_s, radius)
+    assert features.shape == (len(targets), 2 * d) and features.dtype == torch.float32
+    assert count.shape == (len(targets),) and count.dtype == torch.int32
+    assert features.device.type == device
+    return features.cpu(), count.cpu(), expected, expected_count
+
+
+@DEVICES
+@pytest.mark.parametrize('width, height, radius, n', [
+    (40, 30, 8, 1000), (25, 70, 10, 1000), (64, 48, 8, 400), (9, 5, 10, 300), (33, 33, 3, 800)])
+def test_encode_matches_closed_form(device, width, height, radius, n):
+    t_ns, x, y = _random_events(n, width, height, seed=width + radius, margin=2)
+    targets = torch.arange(0, n, 3)
+    features, count, expected, expected_count = _encode_both(
+        device, t_ns, x, y, targets, width, height, radius)
+    assert torch.equal(count.long(), expected_count)
+    assert _relative_error(features, expected) <= 1e-4
+    assert torch.isfinite(features).all()
+
+
+@DEVICES
+def test_duplicate_pixels_and_borders(device):
+    # Many events on few pixels, including the four corners and the image edges.
+    width, height, radius = 20, 12, 8
+    generator = torch.Generator().manual_seed(3)
+    pixels = torch.tensor([[0, 0], [19, 0], [0, 11], [19, 11], [10, 0], [0, 6], [19, 5], [7, 7]])
+    choice = torch.randint(0, len(pixels), (300,), generator=generator)
+    x, y = pixels[choice, 0].int(), pixels[choice, 1].int()
+    t_ns = torch.randint(0, 30_000_000, (300,), generator=generator)
+    targets = torch.arange(300)
+    features, count, expected, expected_count = _encode_both(
+        device, t_ns, x, y, targets, width, height, radius)
+    assert torch.equal(count.long(), expected_count)
+    assert _relative_error(features, expected) <= 1e-4
+
+
+@DEVICES
+def test_single_event_is_sqrt_d(device):
+    t_ns = torch.tensor([123_456_789], dtype=torch.int64)
+    x = torch.tensor([5], dtype=torch.int32)
+    y = torch.tensor([7], dtype=torch.int32)
+    features, count, _, _ = _encode_both(device, t_ns, x, y, torch.tensor([0]), 10, 10, 8)
+    assert count.tolist() == [1]
+    # exp(i 0) * sqrt(D) / 1 for every channel.
+    assert torch.allclose(features[0, :64], torch.full((64,), math.sqrt(64.0)), atol=1e-5)
+    assert torch.allclose(features[0, 64:], torch.zeros(64), atol=1e-5)
+
+
+@DEVICES
+def test_empty_inputs(device):
+    freq_t, freq_x, freq_y = (f.to(device) for f in _frequencies(64))
+    empty_i64 = torch.empty(0, dtype=torch.int64, device=device)
+    empty_i32 = torch.empty(0, dtype=torch.int32, device=device)
+    features, count = ops.encode(empty_i64, empty_i32, empty_i32, empty_i64, 64, 48,
+                                 freq_t, freq_x, freq_y, 0.012, 8)
+    assert features.shape == (0, 128) and count.shape == (0,)
+    t_ns, x, y = _random_events(50, 64, 48, seed=1)
+    features, count = ops.encode(t_ns.to(device), x.to(device), y.to(device), empty_i64, 64, 48,
+                                 freq_t, freq_x, freq_y, 0.012, 8)
+    assert features.shape == (0, 128)
+    flow = ops.flow_mlp(torch.empty(0, 128, device=device), torch.ones(128, 16, device=device),
+                        torch.ones(16, 16, device=device), torch.ones(16, 2, device=device))
+    assert flow.shape == (0, 2)
+
+
+@DEVICES
+def test_target_outside_image_is_invalid_not_nan(device):
+    t_ns = torch.tensor([0, 1000, 2000, 3000], dtype=torch.int64)
+    x = torch.tensor([3, 4, 12, -1], dtype=torch.int32)
+    y = torch.tensor([3, 3, 3, 2], dtype=torch.int32)
+    features, count, expected, expected_count = _encode_both(
+        device, t_ns, x, y, torch.arange(4), 10, 10, 8)
+    assert count.tolist() == [2, 2, 0, 0]
+    assert torch.equal(count.long(), expected_count)
+    assert torch.isfinite(features).all()
+    assert (features[2:] == 0).all()
+
+
+@DEVICES
+def test_absolute_timestamps_keep_precision(device):
+    # ROS stamps (~1.7e9 s) would lose ~100 s of resolution in float32; the op takes int64 ns.
+    t_ns, x, y = _random_events(500, 30, 20, seed=5, t0_ns=0)
+    targets = torch.arange(0, 500, 5)
+    near, _, _, _ = _encode_both(device, t_ns, x, y, targets, 30, 20, 8)
+    far, _, expected, _ = _encode_both(device, t_ns + 1_700_000_000_123_456_789, x, y, targets,
+                                       30, 20, 8)
+    assert _relative_error(far, expected) <= 1e-4
+    assert torch.allclose(near, far, atol=1e-4)
+
+
+@DEVICES
+def test_uint16_coordinates_accepted(device):
+    t_ns, x, y = _random_events(300, 40, 30, seed=8)
+    targets = torch.arange(0, 300, 2)
+    freq_t, freq_x, freq_y = (f.to(device) for f in _frequencies(64))
+    as_int32 = ops.encode(t_ns.to(device), x.to(device), y.to(device), targets.to(device), 40,
+                          30, freq_t, freq_x, freq_y, 0.016, 10)
+    as_uint16 = ops.encode(t_ns.to(device), x.to(torch.uint16).to(device),
+                           y.to(torch.uint16).to(device), targets.to(device), 40, 30, freq_t,
+                           freq_x, freq_y, 0.016, 10)
+    assert torch.equal(as_int32[0], as_uint16[0]) and torch.equal(as_int32[1], as_uint16[1])
+
+
+@DEVICES
+def test_algorithm1_baseline_matches_closed_form(device):
+    t_ns, x, y = _random_events(800, 40, 30, seed=11, margin=1)
+    targets = torch.arange(0, 800, 4)
+    freq_t, freq_x, freq_y = _frequencies(64)
+    expected, expected_count = reference.encode_closed_form(
+        t_ns, x, y, targets, 40, 30, freq_t, freq_x, freq_y, 0.012, 8)
+    features, count = reference.encode_algorithm1(
+        t_ns.to(device), x.to(device), y.to(device), targets.to(device), 40, 30,
+        freq_t.to(device), freq_x.to(device), freq_y.to(device), 0.012, 8)
+    assert torch.equal(count.cpu(), expected_count)
+    assert _relative_error(features.cpu(), expected) <= 1e-4
+
+
+@DEVICES
+def test_flow_mlp_matches_reference(device):
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(3000, 128, generator=generator) * 3
+    w1 = torch.randn(128, 128, generator=generator) / 11
+    w2 = torch.randn(128, 128, generator=generator) / 11
+    w3 = torch.randn(128, 2, generator=generator) / 11
+    flow = ops.flow_mlp(features.to(device), w1.to(device), w2.to(device), w3.to(device), 60.0)
+    expected = reference.flow_mlp_reference(features, w1, w2, w3, 60.0)
+    error = (flow.cpu().double() - expected).norm(dim=1) / expected.norm(dim=1).clamp(min=1e-3)
+    assert error.max().item() <= 1e-4
+
+
+def test_argument_checks_name_the_argument():
+    t_ns, x, y = _random_events(10, 8, 8, seed=0)
+    freq_t, freq_x, freq_y = _frequencies(64)
+    targets = torch.arange(10)
+    with pytest.raises(RuntimeError, match='x must have dtype'):
+        ops.encode(t_ns, x.float(), y, targets, 8, 8, freq_t, freq_x, freq_y, 0.012, 8)
+    with pytest.raises(RuntimeError, match='t_ns must have dtype'):
+        ops.encode(t_ns.double(), x, y, targets, 8, 8, freq_t, freq_x, freq_y, 0.012, 8)
+    with pytest.raises(RuntimeError, match='target_index'):
+        ops.encode(t_ns, x, y, torch.tensor([10]), 8, 8, freq_t, freq_x, freq_y, 0.012, 8)
+    with pytest.raises(RuntimeError, match='pixel_radius'):
+        ops.encode(t_ns, x, y, targets, 8, 8, freq_t, freq_x, freq_y, 0.012, 0)
+    with pytest.raises(RuntimeError, match='same length D'):
+        ops.encode(t_ns, x, y, targets, 8, 8, freq_t, freq_x[:5], freq_y, 0.012, 8)
+    with pytest.raises(RuntimeError, match='tau_s'):
+        ops.encode(t_ns, x, y, targets, 8, 8, freq_t, freq_x, freq_y, -1.0, 8)
+    with pytest.raises(RuntimeError, match='w2 must be'):
+        ops.flow_mlp(torch.zeros(3, 128), torch.zeros(128, 16), torch.zeros(15, 16),
+                     torch.zeros(16, 2))
+
+
+def test_opcheck():
+    t_ns, x, y = _random_events(200, 16, 12, seed=4)
+    freq_t, freq_x, freq_y = _frequencies(8)
+    targets = torch.arange(0, 200, 7)
+    torch.library.opcheck(torch.ops.veckm_flow.encode.default,
+                          (t_ns, x, y, targets, 16, 12, freq_t, freq_x, freq_y, 0.012, 3),
+                          test_utils=('test_schema', 'test_faketensor'))
+    features = torch.randn(20, 16)
+    torch.library.opcheck(torch.ops.veckm_flow.flow_mlp.default,
+                          (features, torch.randn(16, 8), torch.randn(8, 8), torch.randn(8, 2),
+                           2.0),
+                          test_utils=('test_schema', 'test_faketensor'))
