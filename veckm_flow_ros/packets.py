@@ -49,6 +49,8 @@ ENCODABLE = ('evt3', 'libcaer_cmp', 'libcaer', 'mono')
 EVT3_MAX_COORDINATE = 2047  # 11-bit addresses
 MONO_MAX_DT_NS = (1 << 32) - 1
 LIBCAER_WRAP_US = 1 << 31
+# Packets of these encodings are cut at least this often (their time offsets are bounded).
+_MAX_PACKET_SPAN_NS = {'mono': 4_000_000_000, 'libcaer_cmp': 16_000_000_000}
 
 
 @dataclass
@@ -259,11 +261,11 @@ def encode_packets(events: EventArray, encoding: str, *, triggers: Optional[Trig
     Encode time-sorted events into packets of one encoding.
 
     Packets cover consecutive time slots of packet_duration_ns (empty slots give no packet),
-    or hold events_per_packet events each when that is given. triggers are encoded only by
+    or hold events_per_packet events each when that is given; mono and libcaer_cmp packets
+    are also cut every 4 s and 16 s (their time offsets are bounded). triggers are encoded only by
     evt3 (EXT_TRIGGER words). libcaer_epoch_ns: the time libcaer's 31-bit microsecond counter
     counts from (default: the first event's time), to place its 2^31 us wraps.
-    Raises ValueError for unsorted times, coordinates the encoding cannot carry, or packets
-    longer than mono's 4.29 s.
+    Raises ValueError for unsorted times or coordinates the encoding cannot carry.
     """
     if encoding not in ENCODABLE:
         raise ValueError(f'cannot encode {encoding!r}; encodable: {", ".join(ENCODABLE)}')
@@ -280,6 +282,10 @@ def encode_packets(events: EventArray, encoding: str, *, triggers: Optional[Trig
                 for k in range(len(bounds))]
     _check_sorted(events.t_ns, 'events')
     bounds = _packet_bounds(events.t_ns, packet_duration_ns, events_per_packet)
+    if encoding in _MAX_PACKET_SPAN_NS:
+        # Also cut where a packet would outgrow the encoding's time offsets.
+        bounds = np.union1d(bounds, _packet_bounds(events.t_ns, _MAX_PACKET_SPAN_NS[encoding],
+                                                   None))
     item_bounds = np.append(bounds, len(events))
     packets = []
     if encoding == 'libcaer':
