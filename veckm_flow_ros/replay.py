@@ -30,6 +30,7 @@ u_px_s, v_px_s float32 (px/s, x right, y down), confidence float32 (when the mod
 stamp_ns int64 (ROS time of the event), and the scalars width, height.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 import os
 import pathlib
@@ -137,7 +138,7 @@ class ReplaySummary:
             ('flows', f'{self.flows:,}'),
             ('time span', f'{self.span_s:.3f} s'),
             ('wall time', f'{self.wall_s:.2f} s'),
-            ('throughput', f'{self.events_per_s / 1e6:.3f} M events/s, '
+            ('throughput', f'{_si(self.events_per_s)} events/s, '
                            f'{self.real_time_factor:.2f}x real time'),
         ]
         if self.speed_percentiles_px_s:
@@ -457,8 +458,9 @@ class _ReplayRun:
                 if now - last_postfix > 0.5:
                     last_postfix = now
                     rate = self.summary.events / max(now - start, 1e-9)
-                    progress.set_postfix_str(f'{rate / 1e6:.2f} M ev/s, '
-                                             f'{self.summary.flows:,} flows', refresh=False)
+                    progress.set_postfix_str(f'{_si(rate)} events/s, '
+                                             f'{_si(self.summary.flows)} flows',
+                                             refresh=False)
                 if self._done:
                     break
             if self.estimator is not None:
@@ -517,6 +519,7 @@ class _ReplayRun:
 
     def _blocks(self, blocks):
         for block in blocks:
+            block = _valid_flows(block)
             if len(block.t_ns) == 0:
                 continue
             stamp_ns = self.timesync.to_ros_ns(int(block.t_newest_ns))
@@ -570,6 +573,26 @@ class _ReplayRun:
         if self.outputs.png_dir is not None and self.summary.frames:
             self.summary.written.append(f'{self.outputs.png_dir}/frame_*.png '
                                         f'({self.summary.frames} frames)')
+
+
+def _si(value: float) -> str:
+    """Format a count or rate with a k / M suffix."""
+    for scale, suffix in ((1e6, 'M'), (1e3, 'k')):
+        if abs(value) >= scale:
+            return f'{value / scale:.2f} {suffix}'
+    return f'{value:.0f}'
+
+
+def _valid_flows(block):
+    """Drop the flows a block marks invalid (FlowBlock.valid False), as the node does."""
+    valid = getattr(block, 'valid', None)
+    if valid is None or bool(np.all(valid)):
+        return block
+    valid = np.asarray(valid, bool)
+    return dataclasses.replace(
+        block, event_index=block.event_index[valid], t_ns=block.t_ns[valid], x=block.x[valid],
+        y=block.y[valid], u_px_s=block.u_px_s[valid], v_px_s=block.v_px_s[valid],
+        confidence=None if block.confidence is None else block.confidence[valid], valid=None)
 
 
 def _progress_bar(total, enabled):

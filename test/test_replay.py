@@ -1,0 +1,206 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Offline replay: output bag round trip, real recordings, corrupt bags, the CLI."""
+
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from veckm_flow_ros import cli
+from veckm_flow_ros.flow_cloud import points_from_pointcloud2
+from veckm_flow_ros.replay import (FLOW_IMAGE_TOPIC, FLOW_TOPIC, load_flows_npz, replay_bag,
+                                   ReplayOptions, ReplayOutputs)
+
+DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / 'veckm_flow_ros' / 'data'
+DEMO_BAG = DATA_DIR / 'demo_scene.mcap'
+PUBLISHED_MODEL = '640x480_32ms_C64_k8'
+
+
+@pytest.fixture(scope='module')
+def model(request):
+    """The shipped default model, else the published weights from ../shared; else skip."""
+    from veckm_flow_ros.model import load_model, ModelError
+    try:
+        return load_model()
+    except ModelError:
+        published_dir = request.getfixturevalue('published_models_dir')
+        return load_model(published_dir / PUBLISHED_MODEL)
+
+
+@pytest.fixture(scope='module')
+def model_args(request):
+    """CLI arguments selecting the same model as the `model` fixture."""
+    from veckm_flow_ros.model import default_model_name, ModelError
+    try:
+        default_model_name()
+        return []
+    except ModelError:
+        published_dir = request.getfixturevalue('published_models_dir')
+        return ['--model', str(published_dir / PUBLISHED_MODEL)]
+
+
+def _quick(**changes):
+    options = ReplayOptions(progress=False, duration_s=0.06)
+    for name, value in changes.items():
+        setattr(options, name, value)
+    return options
+
+
+def _read_output_bag(path):
+    from rosbags.rosbag2 import Reader
+
+    from veckm_flow_ros.bag import make_typestore
+    typestore = make_typestore()
+    clouds, images = [], []
+    with Reader(path) as reader:
+        for connection, log_time_ns, raw in reader.messages():
+            msg = typestore.deserialize_cdr(raw, connection.msgtype)
+            stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+            assert log_time_ns == stamp_ns
+            if connection.topic == FLOW_TOPIC:
+                clouds.append((stamp_ns, msg))
+            elif connection.topic == FLOW_IMAGE_TOPIC:
+                images.append((stamp_ns, msg))
+    return clouds, images
+
+
+def test_output_bag_round_trip(model, tmp_path):
+    outputs = ReplayOutputs(bag=tmp_path / 'flow_bag', npz=tmp_path / 'flows.npz',
+                            video=tmp_path / 'flow.mp4', png_dir=tmp_path / 'frames')
+    summary = replay_bag(DEMO_BAG, model, _quick(), outputs)
+    assert summary.encoding == 'evt3' and (summary.width, summary.height) == (346, 260)
+    assert summary.events > 1000 and summary.flows > 100
+    assert summary.span_s == pytest.approx(0.06, abs=0.002)
+
+    flows = load_flows_npz(outputs.npz)
+    assert len(flows['t_ns']) == summary.flows
+    assert int(flows['width']) == 346 and int(flows['height']) == 260
+
+    clouds, images = _read_output_bag(outputs.bag)
+    assert clouds and images
+    points = [points_from_pointcloud2([f.name for f in msg.fields], msg.point_step, msg.data)
+              for _, msg in clouds]
+    for (stamp_ns, msg), cloud in zip(clouds, points):
+        assert msg.header.frame_id == 'event_camera'  # copied from the input
+        assert msg.width == len(cloud) and msg.height == 1
+        assert cloud['t'].max() <= 0.0  # relative to the newest event of the block
+    cloud = np.concatenate(points)
+    for column, key in (('x', 'x'), ('y', 'y'), ('u', 'u_px_s'), ('v', 'v_px_s')):
+        np.testing.assert_array_equal(cloud[column], flows[key].astype(np.float32))
+    # Absolute time of each point = header stamp + t: the npz's ROS stamps (to float32 t).
+    stamps = np.concatenate([np.full(len(c), s, np.int64) for (s, _), c in zip(clouds, points)])
+    absolute_ns = stamps + np.round(cloud['t'].astype(np.float64) * 1e9).astype(np.int64)
+    np.testing.assert_allclose(absolute_ns - flows['stamp_ns'], 0, atol=2000)
+    # Stamps are ROS time: the bundled bag's header stamps are around 1.75e9 s.
+    assert abs(stamps[0] * 1e-9 - 1.75e9) < 10
+
+    stamp_ns, image = images[0]
+    assert image.encoding == 'bgr8' and (image.width, image.height) == (346, 260)
+    assert image.step == 3 * 346 and len(image.data) == 346 * 260 * 3
+    assert np.asarray(image.data).any()
+    assert summary.frames == len(images) == len(list(outputs.png_dir.glob('frame_*.png')))
+    assert outputs.video.stat().st_size > 1000
+
+
+def test_stride_subsamples_targets(model, tmp_path):
+    full = replay_bag(DEMO_BAG, model, _quick(duration_s=0.04))
+    strided = replay_bag(DEMO_BAG, model, _quick(duration_s=0.04, target_stride=4),
+                         ReplayOutputs(npz=tmp_path / 'strided.npz'))
+    assert full.events == strided.events
+    assert strided.flows == pytest.approx(full.flows / 4, rel=0.05)
+
+
+def test_real_evt3_640x480(model, recordings_dir, tmp_path):
+    summary = replay_bag(recordings_dir / 'py_test_events_1', model, _quick(duration_s=0.1),
+                         ReplayOutputs(npz=tmp_path / 'flows.npz'))
+    assert summary.encoding == 'evt3' and (summary.width, summary.height) == (640, 480)
+    assert summary.events > 1000 and summary.flows > 0
+    flows = load_flows_npz(tmp_path / 'flows.npz')
+    assert np.isfinite(flows['u_px_s']).all() and np.isfinite(flows['v_px_s']).all()
+    assert flows['x'].max() < 640 and flows['y'].max() < 480
+    assert np.all(np.diff(flows['t_ns']) >= 0)
+
+
+def test_real_libcaer_cmp_346x260(model, recordings_dir, tmp_path):
+    # A Jazzy mcap with an empty storage_identifier in metadata.yaml.
+    summary = replay_bag(recordings_dir / 'py_test_events_2', model, _quick(duration_s=0.1),
+                         ReplayOutputs(bag=tmp_path / 'out'))
+    assert summary.encoding == 'libcaer_cmp' and (summary.width, summary.height) == (346, 260)
+    assert summary.events > 1000 and summary.flows > 0
+    clouds, images = _read_output_bag(tmp_path / 'out')
+    assert sum(msg.width for _, msg in clouds) == summary.flows
+    assert images[0][1].width == 346
+
+
+def _truncated_copy(source_dir, tmp_path, keep_fraction=0.5):
+    copy = tmp_path / source_dir.name
+    shutil.copytree(source_dir, copy)
+    for path in copy.iterdir():
+        os.chmod(path, 0o644)
+        if path.suffix in ('.db3', '.mcap'):
+            os.truncate(path, int(path.stat().st_size * keep_fraction))
+    return copy
+
+
+def test_truncated_bag_is_a_one_line_error(model_args, tmp_path, capsys):
+    bag = tmp_path / 'demo.mcap'
+    shutil.copyfile(DEMO_BAG, bag)
+    os.truncate(bag, bag.stat().st_size // 2)
+    status = cli.main(['replay', str(bag), '--quiet'] + model_args)
+    error = capsys.readouterr().err.strip()
+    assert status == 1
+    assert len(error.splitlines()) == 1 and 'Traceback' not in error
+    assert error.startswith('veckm-flow replay: error:')
+
+
+def test_truncated_real_bags_raise_value_error(model, recordings_dir, tmp_path):
+    for name in ('py_test_events_1', 'py_test_events_2'):
+        bag = _truncated_copy(recordings_dir / name, tmp_path)
+        with pytest.raises(ValueError, match=str(bag.name)):
+            replay_bag(bag, model, _quick(duration_s=None))
+
+
+def test_garbage_and_missing_bags(model, tmp_path):
+    garbage = tmp_path / 'garbage.mcap'
+    garbage.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, np.uint8).tobytes())
+    with pytest.raises(ValueError, match='garbage.mcap'):
+        replay_bag(garbage, model, _quick())
+    with pytest.raises(FileNotFoundError):
+        replay_bag(tmp_path / 'missing', model, _quick())
+
+
+def test_wrong_topic_names_the_topics(model):
+    with pytest.raises(ValueError, match='/event_camera/events'):
+        replay_bag(DEMO_BAG, model, _quick(topic='/nope'))
+
+
+def test_existing_output_bag_is_refused(model, tmp_path):
+    (tmp_path / 'out').mkdir()
+    with pytest.raises(ValueError, match='already exists'):
+        replay_bag(DEMO_BAG, model, _quick(), ReplayOutputs(bag=tmp_path / 'out'))
+
+
+def test_cli_prints_summary(model_args, tmp_path, capsys):
+    status = cli.main(['replay', str(DEMO_BAG), '--quiet', '--duration', '0.03',
+                       '--npz', str(tmp_path / 'f.npz')] + model_args)
+    out = capsys.readouterr().out
+    assert status == 0
+    for label in ('events', 'flows', 'time span', 'wall time', 'throughput', 'real time',
+                  'flow speed'):
+        assert label in out
+    assert (tmp_path / 'f.npz').is_file()
