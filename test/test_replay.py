@@ -33,7 +33,7 @@ PUBLISHED_MODEL = '640x480_32ms_C64_k8'
 
 @pytest.fixture(scope='module')
 def model(request):
-    """The shipped default model, else the published weights from ../shared; else skip."""
+    """Load the shipped default model, else the published weights from ../shared (or skip)."""
     from veckm_flow_ros.model import load_model, ModelError
     try:
         return load_model()
@@ -44,7 +44,7 @@ def model(request):
 
 @pytest.fixture(scope='module')
 def model_args(request):
-    """CLI arguments selecting the same model as the `model` fixture."""
+    """Return the CLI arguments that select the same model as the `model` fixture."""
     from veckm_flow_ros.model import default_model_name, ModelError
     try:
         default_model_name()

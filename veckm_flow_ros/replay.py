@@ -106,6 +106,7 @@ class ReplaySummary:
     t_first_ns: Optional[int] = None
     t_last_ns: Optional[int] = None
     wall_s: float = 0.0
+    cpu_s: float = 0.0
     bad_messages: int = 0
     decode_problems: int = 0
     frames: int = 0
@@ -137,7 +138,7 @@ class ReplaySummary:
             ('events', f'{self.events:,}'),
             ('flows', f'{self.flows:,}'),
             ('time span', f'{self.span_s:.3f} s'),
-            ('wall time', f'{self.wall_s:.2f} s'),
+            ('wall time', f'{self.wall_s:.2f} s (process CPU time {self.cpu_s:.2f} s)'),
             ('throughput', f'{_si(self.events_per_s)} events/s, '
                            f'{self.real_time_factor:.2f}x real time'),
         ]
@@ -449,6 +450,7 @@ class _ReplayRun:
     def consume(self, messages, total):
         progress = _progress_bar(total, self.options.progress)
         start = time.perf_counter()
+        cpu_start = time.process_time()
         last_postfix = start
         try:
             for item in messages:
@@ -468,6 +470,7 @@ class _ReplayRun:
         finally:
             progress.close()
             self.summary.wall_s += time.perf_counter() - start
+            self.summary.cpu_s += time.process_time() - cpu_start
 
     def _message(self, item):
         from veckm_flow_ros.decode import DecodeError
@@ -549,6 +552,7 @@ class _ReplayRun:
 
     def finish(self):
         start = time.perf_counter()
+        cpu_start = time.process_time()
         if self.painter is not None:
             self.painter.finish(self.summary.t_last_ns)
             self.summary.frames = self.painter.frames
@@ -558,6 +562,7 @@ class _ReplayRun:
             self.collector.save(self.outputs.npz, self.summary.width, self.summary.height)
             self.summary.written.append(str(self.outputs.npz))
         self.summary.wall_s += time.perf_counter() - start
+        self.summary.cpu_s += time.process_time() - cpu_start
 
     def close(self):
         if self.bag_out is not None:

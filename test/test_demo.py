@@ -1,0 +1,87 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""`veckm-flow demo` end to end on the bundled recording (quick mode)."""
+
+import cv2
+import numpy as np
+import pytest
+
+from veckm_flow_ros import cli
+from veckm_flow_ros.commands import demo
+
+PUBLISHED_MODEL = '640x480_32ms_C64_k8'
+
+
+@pytest.fixture(scope='module')
+def model_args(request):
+    """Return no arguments when a shipped default model exists, else the published weights."""
+    from veckm_flow_ros.model import default_model_name, ModelError
+    try:
+        default_model_name()
+        return []
+    except ModelError:
+        published_dir = request.getfixturevalue('published_models_dir')
+        return ['--model', str(published_dir / PUBLISHED_MODEL)]
+
+
+def test_bundled_recording_is_small_and_complete():
+    from veckm_flow_ros.bag import list_event_topics
+    from veckm_flow_ros.sequences import load_sequence
+    assert demo.DEMO_BAG.stat().st_size + demo.DEMO_TRUTH.stat().st_size < 4_000_000
+    topics = list_event_topics(demo.DEMO_BAG)
+    assert topics['/event_camera/events'].message_count > 100
+    sequence = load_sequence(demo.DEMO_TRUTH)
+    assert (sequence.width, sequence.height) == (346, 260)
+    assert np.isfinite(sequence.flow_px_s[~sequence.is_noise]).all()
+
+
+def test_demo_quick_end_to_end(model_args, tmp_path, capsys):
+    out_dir = tmp_path / 'demo'
+    status = cli.main(['demo', '--quick', '--no-progress', '--out-dir', str(out_dir)]
+                      + model_args)
+    out = capsys.readouterr().out
+    assert status == 0
+    for name in ('flows.npz', 'demo.mp4', 'comparison.png', 'metrics.txt',
+                 'flow_bag/metadata.yaml', 'frames/frame_000000.png'):
+        assert (out_dir / name).is_file(), name
+        assert str(out_dir / name.split('/')[0]) in out  # listed under outputs
+    comparison = cv2.imread(str(out_dir / 'comparison.png'))
+    assert comparison.shape[0] > 260 and comparison.shape[1] > 3 * 346
+    assert comparison.any()
+    metrics = (out_dir / 'metrics.txt').read_text()
+    assert '%Pos' in metrics and 'PEE px/s' in metrics and metrics in out + '\n'
+    row = next(line for line in metrics.splitlines() if line.startswith('VecKM'))
+    events, coverage, pos = (float(value) for value in row.split()[-5:-2])
+    assert events > 1000 and coverage > 90 and pos > 70  # a model that works, not noise
+
+
+def test_demo_without_shipped_model_fails_clearly(monkeypatch, tmp_path, capsys):
+    from veckm_flow_ros import model
+    monkeypatch.setattr(model, 'MODELS_DIR', tmp_path / 'no_models')
+    status = cli.main(['demo', '--quick', '--out-dir', str(tmp_path / 'demo')])
+    error = capsys.readouterr().err.strip()
+    assert status == 1
+    assert len(error.splitlines()) == 1
+    assert 'shipped default model' in error and 'Traceback' not in error
+
+
+def test_previous_outputs_are_replaced_and_nothing_else(tmp_path):
+    (tmp_path / 'flow_bag').mkdir()
+    (tmp_path / 'flow_bag' / 'metadata.yaml').write_text('old')
+    (tmp_path / 'demo.mp4').write_text('old')
+    (tmp_path / 'mine.txt').write_text('keep')
+    demo._remove_previous_outputs(tmp_path)
+    assert not (tmp_path / 'flow_bag').exists() and not (tmp_path / 'demo.mp4').exists()
+    assert (tmp_path / 'mine.txt').read_text() == 'keep'
