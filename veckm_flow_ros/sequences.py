@@ -69,7 +69,7 @@ def load_sequence(path: PathLike):
         from veckm_flow_ros.simulate import load_npz
         try:
             return load_npz(path)
-        except (OSError, KeyError, EOFError) as error:
+        except (OSError, KeyError, EOFError, ValueError) as error:
             raise ValueError(f'cannot read simulator sequence {path}: {error}') from None
     raise ValueError(f'{path}: not a sequence; expected a simulator .npz or a directory with '
                      f'{EVIMO2_FILES["t"]}, {EVIMO2_FILES["xy"]} and {EVIMO2_FILES["flow"]}')

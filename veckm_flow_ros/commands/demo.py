@@ -100,9 +100,7 @@ def run(args) -> int:
     (out_dir / 'metrics.txt').write_text(table + '\n')
     written = [str(out_dir / 'metrics.txt')]
     written.append(draw_comparison(sequence, flows, out_dir / 'comparison.png'))
-    plot = draw_error_vs_speed(sequence, flows, out_dir / 'error_vs_speed.png')
-    if plot:
-        written.append(plot)
+    written.append(draw_error_vs_speed(sequence, flows, out_dir / 'error_vs_speed.png'))
 
     recordings = pathlib.Path(args.recordings)
     if not args.quick and (recordings / REAL_EVT3).exists():
@@ -197,16 +195,13 @@ def draw_comparison(sequence, flows, path: pathlib.Path) -> str:
 
 
 def draw_error_vs_speed(sequence, flows, path: pathlib.Path):
-    """Plot the endpoint error against ground-truth speed (evaluate.plot_error_vs_speed)."""
+    """Plot the replayed flows' error against ground-truth speed (as `evaluate --plot`)."""
     import numpy as np
-    try:
-        from veckm_flow_ros.evaluate import plot_error_vs_speed
-    except ImportError:
-        return None
+
+    from veckm_flow_ros.commands.evaluate import plot_error_vs_speed
     truth = _truth_of_flows(sequence, flows)
     predicted = np.stack([flows['u_px_s'], flows['v_px_s']], 1)
-    plot_error_vs_speed({'VecKM': (predicted, truth)}, path)
-    return str(path)
+    return plot_error_vs_speed({'VecKM (replay)': (predicted, truth)}, path)
 
 
 def replay_real(bag_path: pathlib.Path, model, device, out_dir: pathlib.Path, progress):
