@@ -6,8 +6,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
-if [ ! -x "$NVCC" ]; then
+# Prefer the toolkit directory (/usr/local/bin/nvcc may be a wrapper script outside it).
+if [ -x /usr/local/cuda/bin/nvcc ]; then NVCC="${NVCC:-/usr/local/cuda/bin/nvcc}"; fi
+NVCC="${NVCC:-$(command -v nvcc || true)}"
+if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
   echo "[cuda-build] nvcc not found: skipping the CUDA compile check"
   exit 0
 fi
@@ -25,6 +27,14 @@ if [ ! -f "$VENV/.complete" ]; then
   "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$TORCH_SPEC" numpy setuptools \
     wheel 2> >(grep -v 'is ignored: it is neither' >&2)
   touch "$VENV/.complete"
+fi
+
+# A successful check is remembered by the hash of what it compiled (csrc/, setup.py, torch).
+SOURCES_HASH="$(cd "$ROOT" && { git ls-files --cached --others --exclude-standard -z setup.py csrc \
+  | xargs -0 sha256sum; echo "$TORCH_SPEC ${TORCH_CUDA_ARCH_LIST:-9.0}"; } | sha256sum | cut -c1-16)"
+if [ -f "$CACHE/cuda-build-ok-$SOURCES_HASH" ]; then
+  say "ok: these CUDA sources already compiled and loaded ($CACHE/cuda-build-ok-$SOURCES_HASH)"
+  exit 0
 fi
 
 BUILD="$(mktemp -d)"
@@ -53,4 +63,5 @@ print(f'[cuda-build] CPU-only ops: {missing}')
 assert cuda_ops, 'the CUDA build registered no CUDA kernel'
 PY
 )
+touch "$CACHE/cuda-build-ok-$SOURCES_HASH"
 say "ok: CUDA extension compiled and loaded (GPU kernels cannot run on this machine)"
