@@ -1,0 +1,144 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Training: loss, frequencies, augmentation, a tiny run that learns, exact resume."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from veckm_flow_ros import train
+from veckm_flow_ros.model import load_model
+
+TINY = train.Recipe(pixel_radius=3, tau_s=0.008, num_sequences=4, duration_s=0.04, width=64,
+                    height=48, blocks_per_sequence=2, targets_per_block=256,
+                    augmentations_per_block=2, epochs=3, batch_size=128, batches_per_epoch=30,
+                    hidden_size=32, num_features=16, validation_fraction=0.25,
+                    learning_rate=1e-2)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def one_thread():
+    # Tiny matrices: threads only add synchronisation (and fight on a shared machine).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope='module')
+def tiny_bank():
+    freq = train.standard_frequencies(TINY.num_features, TINY.seed)
+    return freq, train.build_feature_bank(TINY, freq, log=lambda message: None)
+
+
+def test_loss_is_zero_on_the_circle_and_positive_off_it():
+    gt = torch.tensor([[2.0, 0.0], [0.0, -3.0]])
+    on_circle = gt / 2 + torch.tensor([[0.0, 1.0], [1.5, 0.0]])
+    assert float(train.generalized_normal_flow_loss(on_circle, gt)) == pytest.approx(0.0,
+                                                                                     abs=1e-6)
+    assert float(train.generalized_normal_flow_loss(gt, gt)) == pytest.approx(-1.0, abs=1e-6)
+    assert float(train.generalized_normal_flow_loss(-gt, gt)) > 1.0
+
+
+def test_standard_frequencies():
+    t, x, y = train.standard_frequencies(64, seed=3)
+    assert t.dtype == torch.float32 and t.shape == (64,)
+    # Same values (the quantiles), different orders.
+    torch.testing.assert_close(torch.sort(t).values, torch.sort(x).values)
+    assert not torch.equal(t, x) and not torch.equal(x, y)
+    assert float(t.std()) == pytest.approx(5.0, rel=0.1)
+    assert float(torch.sort(t).values[32]) == pytest.approx(5 * 0.0196, abs=1e-3)
+    again = train.standard_frequencies(64, seed=3)
+    assert all(torch.equal(a, b) for a, b in zip((t, x, y), again))
+
+
+def test_transformed_frequencies_encode_transformed_events():
+    from veckm_flow_ros import ops
+    rng = np.random.default_rng(0)
+    n = 300
+    t_ns = torch.from_numpy(np.sort(rng.integers(0, 10_000_000, n)))
+    x = torch.from_numpy(rng.integers(10, 31, n).astype(np.int32))
+    y = torch.from_numpy(rng.integers(10, 31, n).astype(np.int32))
+    freq_t, freq_x, freq_y = train.standard_frequencies(16, 0)
+    targets = torch.arange(0, n, 7)
+    for g in train.SQUARE_SYMMETRIES:
+        fx, fy = train.transformed_frequencies(freq_x, freq_y, g)
+        features, _ = ops.encode(t_ns, x, y, targets, 41, 41, freq_t, fx, fy, 0.005, 4)
+        # Transform the events about the image centre (20, 20) with G.
+        moved = torch.from_numpy(np.stack([x.numpy() - 20, y.numpy() - 20], 1) @ g.T + 20)
+        expected, _ = ops.encode(t_ns, moved[:, 0].int().contiguous(),
+                                 moved[:, 1].int().contiguous(), targets, 41, 41,
+                                 freq_t, freq_x, freq_y, 0.005, 4)
+        torch.testing.assert_close(features, expected, atol=2e-4, rtol=1e-4)
+
+
+def test_inverse_density_weights_flatten_the_speed_histogram():
+    speeds = np.concatenate([np.full(700, 10.0), np.full(300, 1000.0)])
+    flow = np.stack([speeds, np.zeros_like(speeds)], 1)
+    weights = train.inverse_density_weights(flow)
+    assert weights.sum() == pytest.approx(1.0)
+    assert weights[speeds == 10.0].sum() == pytest.approx(0.5)
+    # A lone sample is boosted at most max_boost times the average-density weight.
+    speeds = np.concatenate([np.full(999, 10.0), [1000.0]])
+    flow = np.stack([speeds, np.zeros_like(speeds)], 1)
+    weights = train.inverse_density_weights(flow, max_boost=4.0)
+    assert weights[-1] / weights[0] == pytest.approx(999 / 125)
+
+
+def test_tiny_training_run_learns(tiny_bank):
+    freq, (features, flow, groups) = tiny_bank
+    assert len(flow) > 500 and features.dtype == np.float16
+    assert np.isfinite(flow).all()
+    torch.manual_seed(TINY.seed)
+    untrained = train.FlowMLP(features.shape[1], TINY.hidden_size)
+    mlp, state = train.train_mlp(features, flow, groups, TINY, log=lambda message: None)
+    x = torch.from_numpy(features).float()
+    target = torch.from_numpy(flow / TINY.flow_scale_px_s)
+    with torch.no_grad():
+        before = float(train.generalized_normal_flow_loss(untrained(x), target))
+        after = float(train.generalized_normal_flow_loss(mlp(x), target))
+    assert after < before - 0.03
+    assert len(state.history) == TINY.epochs
+
+
+def test_resume_is_identical(tiny_bank, tmp_path):
+    _, (features, flow, groups) = tiny_bank
+    quiet = {'log': lambda message: None}
+    straight, _ = train.train_mlp(features, flow, groups, TINY, **quiet)
+    state_path = tmp_path / 'state.pt'
+    train.train_mlp(features, flow, groups, TINY, state_path, stop_after_epoch=1, **quiet)
+    resumed, state = train.train_mlp(features, flow, groups, TINY, state_path, resume=True,
+                                     **quiet)
+    assert state.epoch == TINY.epochs
+    for a, b in zip(straight.weights(), resumed.weights()):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    other = dataclasses.replace(TINY, learning_rate=1e-4)
+    with pytest.raises(ValueError, match='another recipe'):
+        train.train_mlp(features, flow, groups, other, state_path, resume=True, **quiet)
+
+
+def test_train_writes_a_loadable_checkpoint(tmp_path):
+    recipe = dataclasses.replace(TINY, num_sequences=2, epochs=1)
+    train.train(recipe, tmp_path / 'tiny.npz', tmp_path / 'work', log=lambda message: None)
+    model = load_model(tmp_path / 'tiny.npz')
+    assert model.pixel_radius == 3 and model.tau_s == pytest.approx(0.008)
+    assert model.flow_scale_px_s == 60.0
+    assert model.metadata['recipe']['seed'] == 0
+    assert model.metadata['data']['textures'] == list(recipe.textures)
+    assert math.isfinite(model.metadata['history'][-1]['train_loss'])
+    torch.testing.assert_close(model.freq_t, train.standard_frequencies(16, 0)[0])

@@ -1,0 +1,67 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""`veckm-flow train`: train a model on simulated events (see veckm_flow_ros/train.py)."""
+
+import dataclasses
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        'train', help='train a normal-flow model on simulated events',
+        description='Simulate training scenes, encode a feature bank with the compiled '
+                    'encoder and train the MLP with the generalized-normal-flow loss. '
+                    'Resumable: rerun with --resume and the same work directory.')
+    parser.add_argument('--out', required=True, help='output checkpoint (.npz)')
+    parser.add_argument('--work-dir', default='train_work',
+                        help='cache for sequences, feature bank and training state '
+                             '(default: ./train_work)')
+    parser.add_argument('--pixel-radius', type=int, default=8, help='r in pixels (default 8)')
+    parser.add_argument('--tau-ms', type=float, default=16.0,
+                        help='half the time slice in ms (default 16)')
+    parser.add_argument('--recipe', choices=('quick', 'full'), default='quick',
+                        help='quick: minutes per model; full: more data and epochs, < 2 h CPU')
+    parser.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
+    parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
+    parser.add_argument('--num-sequences', type=int, default=None,
+                        help='override the number of simulated training sequences')
+    parser.add_argument('--threads', type=int, default=None,
+                        help='torch CPU threads (default: torch decides)')
+    parser.add_argument('--name', default=None, help='model name stored in the checkpoint')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue from the training state in --work-dir')
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    import torch
+
+    from veckm_flow_ros import train
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f'--threads must be >= 1, got {args.threads}')
+        torch.set_num_threads(args.threads)
+    if not 1 <= args.pixel_radius <= 64:
+        raise ValueError(f'--pixel-radius must be in 1..64, got {args.pixel_radius}')
+    if not 0 < args.tau_ms <= 1000:
+        raise ValueError(f'--tau-ms must be in (0, 1000], got {args.tau_ms}')
+    overrides = dict(train.FULL_RECIPE) if args.recipe == 'full' else {}
+    overrides.update(pixel_radius=args.pixel_radius, tau_s=args.tau_ms / 1000.0, seed=args.seed)
+    if args.epochs is not None:
+        overrides['epochs'] = args.epochs
+    if args.num_sequences is not None:
+        overrides['num_sequences'] = args.num_sequences
+    recipe = dataclasses.replace(train.Recipe(), **overrides)
+    train.train(recipe, args.out, args.work_dir, resume=args.resume, name=args.name)
+    return 0

@@ -1,0 +1,441 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Train a VecKM normal-flow model on simulated events with exact ground truth.
+
+Recipe (DESIGN §2.6), in three cached stages under a work directory:
+
+1. data: `num_sequences` random scenes from the training textures and motions
+   (simulate.TRAIN_TEXTURES / TRAIN_MOTIONS; the held-out ones are never seen);
+2. feature bank: in each sequence, `blocks_per_sequence` random target blocks of `block_s`;
+   each block is encoded like the estimator does (context = the events within +-tau of the
+   block centre) by the compiled encoder. Targets are drawn from the block's signal events
+   with weights inversely proportional to the density of log|u|. Every block is encoded under
+   `augmentations_per_block` random elements of the square's symmetry group (rotations by
+   90 degrees and flips): transforming the frequency vectors (X, Y) is exactly the same as
+   transforming the event cloud (the pixel lattice and the square window map onto
+   themselves), and the ground-truth flow is transformed with it;
+3. MLP: the paper's shape (2D -> H -> H -> 2, ReLU, no biases), trained on the bank with the
+   generalized-normal-flow loss, batches drawn with inverse-density weights on log|u|, Adam
+   with cosine decay. The state (weights, optimiser, epoch) is checkpointed after every epoch;
+   `resume` continues bit-identically.
+
+Random frequencies are 5 x the standard-normal quantiles at (k + 0.5) / D, shuffled
+independently for T, X and Y with the seed, and saved with the model. The MLP predicts flow
+in units of flow_scale_px_s (60 px/s, one pixel per 1/60 s like the published models, so the
+loss's lambda = 0.1 means the same as in the authors' recipe).
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+import json
+import math
+import pathlib
+import statistics
+import time
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+import torch
+
+from veckm_flow_ros import metrics, simulate
+from veckm_flow_ros.model import save_model, VecKMFlowModel
+
+# The eight symmetries of the square as integer matrices acting on (x, y) image coordinates.
+SQUARE_SYMMETRIES = tuple(
+    np.array(matrix, dtype=np.int64) for matrix in (
+        [[1, 0], [0, 1]], [[0, -1], [1, 0]], [[-1, 0], [0, -1]], [[0, 1], [-1, 0]],
+        [[-1, 0], [0, 1]], [[1, 0], [0, -1]], [[0, 1], [1, 0]], [[0, -1], [-1, 0]]))
+
+
+@dataclass
+class Recipe:
+    """Everything that determines a trained model (saved in its metadata)."""
+
+    pixel_radius: int = 8
+    tau_s: float = 0.016
+    num_features: int = 64
+    hidden_size: int = 128
+    flow_scale_px_s: float = 60.0
+    seed: int = 0
+    # Data.
+    num_sequences: int = 160
+    duration_s: float = 0.12
+    width: int = 240
+    height: int = 180
+    textures: Tuple[str, ...] = simulate.TRAIN_TEXTURES
+    motions: Tuple[str, ...] = simulate.TRAIN_MOTIONS
+    # Feature bank.
+    blocks_per_sequence: int = 3
+    block_s: float = 0.004
+    targets_per_block: int = 1024
+    augmentations_per_block: int = 2
+    # Optimisation.
+    epochs: int = 30
+    batch_size: int = 1024
+    batches_per_epoch: int = 300
+    learning_rate: float = 2e-3
+    loss_lambda: float = 0.1
+    validation_fraction: float = 0.05
+
+    def to_json(self):
+        return dataclasses.asdict(self)
+
+
+# The defaults are the quick recipe (minutes per model); the full one stays under 2 h of CPU.
+FULL_RECIPE = {'num_sequences': 800, 'blocks_per_sequence': 4, 'epochs': 60,
+               'batches_per_epoch': 1000}
+
+
+def standard_frequencies(num_features: int, seed: int):
+    """
+    Return T, X, Y float32 [D]: 5 x standard-normal quantiles, each shuffled by the seed.
+
+    The quantiles are at probabilities (k + 0.5) / D, k = 0..D-1.
+    """
+    probabilities = (torch.arange(num_features, dtype=torch.float64) + 0.5) / num_features
+    quantiles = 5.0 * math.sqrt(2.0) * torch.erfinv(2 * probabilities - 1)
+    generator = torch.Generator().manual_seed(int(seed))
+    return tuple(quantiles[torch.randperm(num_features, generator=generator)].to(torch.float32)
+                 for _ in range(3))
+
+
+def transformed_frequencies(freq_x, freq_y, symmetry):
+    """
+    Frequencies that encode the events transformed by `symmetry` (2x2 integer matrix G).
+
+    The phase (G d) . (X, Y) equals d . (G^T (X, Y)), so encoding the original events with
+    G^T (X, Y) gives the features of the transformed events exactly.
+    """
+    g = torch.as_tensor(symmetry, dtype=torch.float32)
+    stacked = torch.stack([freq_x, freq_y], 0)  # (2, D)
+    rotated = g.T @ stacked
+    return rotated[0].contiguous(), rotated[1].contiguous()
+
+
+def generalized_normal_flow_loss(pred, gt, loss_lambda=0.1):
+    """
+    Loss of DESIGN §2.6, mean over the batch; pred, gt float [B, 2] in the model's unit.
+
+    angular = -cos(n - u/2, u); norm = (log(lambda + |u/2|) - log(lambda + |n - u/2|))^2.
+    """
+    offset = pred - gt / 2
+    angular = -torch.nn.functional.cosine_similarity(offset, gt, dim=1, eps=1e-8)
+    norm = (torch.log(loss_lambda + torch.linalg.norm(gt / 2, dim=1))
+            - torch.log(loss_lambda + torch.linalg.norm(offset, dim=1))) ** 2
+    return angular.mean() + norm.mean()
+
+
+def inverse_density_weights(flow_px_s, bins=40, max_boost=4.0):
+    """
+    Weights (N,) float64 proportional to 1 / histogram density of log|u|, normalised.
+
+    Sparse bins get at most max_boost times the weight of a bin of average density, so a few
+    extreme samples cannot dominate the batches.
+    """
+    log_speed = np.log(np.maximum(np.hypot(flow_px_s[:, 0], flow_px_s[:, 1]), 1e-3))
+    counts, edges = np.histogram(log_speed, bins=bins)
+    which = np.clip(np.searchsorted(edges, log_speed, side='right') - 1, 0, bins - 1)
+    floor = len(log_speed) / np.count_nonzero(counts) / max_boost
+    weights = 1.0 / np.maximum(counts[which], floor)
+    return weights / weights.sum()
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 1 and 2: data and feature bank
+
+
+def _log(message):
+    print(message, flush=True)
+
+
+def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Path] = None):
+    """Return the index-th training sequence (simulated, or read from the cache)."""
+    seed = recipe.seed * 100003 + index
+    path = None
+    if cache_dir is not None:
+        path = cache_dir / (f'train_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
+                            f'{"-".join(recipe.textures)}_{"-".join(recipe.motions)}_{seed}.npz')
+        if path.is_file():
+            return simulate.load_npz(path)
+    scene = simulate.make_scene('random', 'random', seed=seed, width=recipe.width,
+                                height=recipe.height, textures=recipe.textures,
+                                motions=recipe.motions)
+    sequence = simulate.simulate(scene, recipe.duration_s, seed=seed)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        simulate.save_npz(sequence, path)
+    return sequence
+
+
+def _encode(events_slice, targets, width, height, freq, tau_s, pixel_radius):
+    from veckm_flow_ros import ops
+    t_ns, x, y = events_slice
+    return ops.encode(t_ns, x, y, targets, width, height, freq[0], freq[1], freq[2], tau_s,
+                      pixel_radius)
+
+
+def sequence_features(sequence, recipe: Recipe, freq, rng: np.random.Generator):
+    """
+    Feature-bank rows of one sequence.
+
+    Returns (features float16 [S, 2D], flow float32 [S, 2] in px/s, both in the augmented
+    frames). Blocks without signal events contribute nothing.
+    """
+    events = sequence.events
+    t_ns = torch.from_numpy(events.t_ns)
+    x = torch.from_numpy(events.x.astype(np.int32))
+    y = torch.from_numpy(events.y.astype(np.int32))
+    tau_ns = int(round(recipe.tau_s * 1e9))
+    block_ns = int(round(recipe.block_s * 1e9))
+    duration_ns = int(events.t_ns[-1]) if len(events) else 0
+    signal = ~sequence.is_noise
+    features, flows = [], []
+    for _ in range(recipe.blocks_per_sequence):
+        # Centres at least tau from both ends, so every context window is complete.
+        if duration_ns <= 2 * tau_ns + block_ns:
+            break
+        centre = int(rng.integers(tau_ns + block_ns // 2, duration_ns - tau_ns - block_ns // 2))
+        lo, hi = np.searchsorted(events.t_ns, [centre - tau_ns, centre + tau_ns + 1])
+        tlo, thi = np.searchsorted(events.t_ns, [centre - block_ns // 2,
+                                                 centre + block_ns // 2 + 1])
+        candidates = np.arange(tlo, thi)[signal[tlo:thi]]
+        if len(candidates) == 0:
+            continue
+        count = min(recipe.targets_per_block, len(candidates))
+        weights = inverse_density_weights(sequence.flow_px_s[candidates])
+        chosen = np.sort(rng.choice(candidates, size=count, replace=False, p=weights))
+        targets = torch.from_numpy(chosen - lo)
+        symmetries = rng.choice(len(SQUARE_SYMMETRIES), size=recipe.augmentations_per_block,
+                                replace=False)
+        for which in symmetries:
+            g = SQUARE_SYMMETRIES[which]
+            fx, fy = transformed_frequencies(freq[1], freq[2], g)
+            block_features, block_count = _encode(
+                (t_ns[lo:hi], x[lo:hi], y[lo:hi]), targets, sequence.width, sequence.height,
+                (freq[0], fx, fy), recipe.tau_s, recipe.pixel_radius)
+            valid = (block_count > 0).numpy()
+            # float16 halves the bank; |features| <= sqrt(D), so 3 digits are plenty.
+            features.append(block_features.numpy()[valid].astype(np.float16))
+            flows.append((sequence.flow_px_s[chosen] @ g.T.astype(np.float32))[valid])
+    if not features:
+        d = 2 * recipe.num_features
+        return np.zeros((0, d), np.float16), np.zeros((0, 2), np.float32)
+    return np.concatenate(features), np.concatenate(flows).astype(np.float32)
+
+
+def build_feature_bank(recipe: Recipe, freq, cache_dir=None, log: Callable = _log):
+    """Stage 1 + 2: features float16 [S, 2D], flow float32 [S, 2] px/s, group int32 [S]."""
+    rng = np.random.default_rng(recipe.seed + 7)
+    features, flows, groups = [], [], []
+    start = time.perf_counter()
+    for index in range(recipe.num_sequences):
+        sequence = training_sequence(recipe, index, cache_dir)
+        block_features, block_flow = sequence_features(sequence, recipe, freq, rng)
+        features.append(block_features)
+        flows.append(block_flow)
+        groups.append(np.full(len(block_flow), index, np.int32))
+        if (index + 1) % 10 == 0 or index + 1 == recipe.num_sequences:
+            total = sum(len(f) for f in flows)
+            log(f'  bank: {index + 1}/{recipe.num_sequences} sequences, {total} samples, '
+                f'{time.perf_counter() - start:.0f} s')
+    return np.concatenate(features), np.concatenate(flows), np.concatenate(groups)
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 3: the MLP
+
+
+class FlowMLP(torch.nn.Module):
+    """relu(relu(X W1) W2) W3 without biases; X float [B, 2D] -> flow [B, 2] (model unit)."""
+
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.layer1 = torch.nn.Linear(input_size, hidden_size, bias=False)
+        self.layer2 = torch.nn.Linear(hidden_size, hidden_size, bias=False)
+        self.layer3 = torch.nn.Linear(hidden_size, 2, bias=False)
+
+    def forward(self, features):
+        hidden = torch.relu(self.layer1(features))
+        hidden = torch.relu(self.layer2(hidden))
+        return self.layer3(hidden)
+
+    def weights(self):
+        """Return (w1 [2D, H], w2 [H, H], w3 [H, 2]) as used by VecKMFlowModel."""
+        return tuple(layer.weight.detach().T.contiguous().clone()
+                     for layer in (self.layer1, self.layer2, self.layer3))
+
+
+@dataclass
+class TrainState:
+    epoch: int = 0
+    history: list = field(default_factory=list)
+
+
+def _split(groups, fraction, seed):
+    """Split samples by sequence: (train_index, validation_index)."""
+    ids = np.unique(groups)
+    rng = np.random.default_rng(seed + 11)
+    held = rng.choice(ids, size=max(1, int(round(fraction * len(ids)))), replace=False) \
+        if len(ids) > 1 and fraction > 0 else np.array([], ids.dtype)
+    is_validation = np.isin(groups, held)
+    return np.flatnonzero(~is_validation), np.flatnonzero(is_validation)
+
+
+def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resume=False,
+              log: Callable = _log, stop_after_epoch: Optional[int] = None):
+    """
+    Stage 3: train the MLP; returns (FlowMLP, TrainState).
+
+    With state_path, the state is written after each epoch; resume=True continues from it.
+    Results depend only on the data and the recipe (each epoch's batches are drawn from a
+    generator seeded by (seed, epoch)), so a resumed run equals an uninterrupted one.
+    stop_after_epoch: return after that epoch (an interrupted run, for tests).
+    """
+    torch.manual_seed(recipe.seed)
+    mlp = FlowMLP(features.shape[1], recipe.hidden_size)
+    optimizer = torch.optim.Adam(mlp.parameters(), lr=recipe.learning_rate)
+    total_steps = recipe.epochs * recipe.batches_per_epoch
+    def cosine(step):
+        return 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine)
+    state = TrainState()
+    if resume and state_path is not None and pathlib.Path(state_path).is_file():
+        saved = torch.load(state_path, weights_only=True)
+        if saved['recipe'] != json.dumps(recipe.to_json(), sort_keys=True):
+            raise ValueError(f'{state_path} was written by another recipe; remove it or '
+                             'train without --resume')
+        mlp.load_state_dict(saved['mlp'])
+        optimizer.load_state_dict(saved['optimizer'])
+        scheduler.load_state_dict(saved['scheduler'])
+        state = TrainState(int(saved['epoch']), json.loads(saved['history']))
+        log(f'  resumed at epoch {state.epoch}')
+
+    train_index, validation_index = _split(groups, recipe.validation_fraction, recipe.seed)
+    x_all = torch.from_numpy(features)
+    target_all = torch.from_numpy(flow_px_s / recipe.flow_scale_px_s)
+    weights = torch.from_numpy(inverse_density_weights(flow_px_s[train_index]))
+    train_index = torch.from_numpy(train_index)
+    validation_index = torch.from_numpy(validation_index)
+    last_epoch = recipe.epochs if stop_after_epoch is None else min(stop_after_epoch,
+                                                                    recipe.epochs)
+    while state.epoch < last_epoch:
+        start = time.perf_counter()
+        generator = torch.Generator().manual_seed(recipe.seed * 1000003 + state.epoch)
+        draws = torch.multinomial(weights, recipe.batches_per_epoch * recipe.batch_size,
+                                  replacement=True, generator=generator)
+        draws = train_index[draws].view(recipe.batches_per_epoch, recipe.batch_size)
+        mlp.train()
+        losses = []
+        for batch in draws:
+            loss = generalized_normal_flow_loss(mlp(x_all[batch].float()), target_all[batch],
+                                                recipe.loss_lambda)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+        state.epoch += 1
+        row = {'epoch': state.epoch, 'train_loss': statistics.fmean(losses)}
+        if len(validation_index):
+            with torch.no_grad():
+                pred = mlp(x_all[validation_index].float()) * recipe.flow_scale_px_s
+            scores = metrics.flow_metrics(pred.numpy(), flow_px_s[validation_index.numpy()])
+            row.update(validation_pos=scores['pos'], validation_rel_pee=scores['rel_pee'])
+        state.history.append(row)
+        log(f'  epoch {state.epoch}/{recipe.epochs}: loss {row["train_loss"]:.4f}'
+            + (f', validation %Pos {100 * row["validation_pos"]:.2f}, relPEE '
+               f'{100 * row["validation_rel_pee"]:.2f}%' if 'validation_pos' in row else '')
+            + f' ({time.perf_counter() - start:.1f} s)')
+        if state_path is not None:
+            state_path = pathlib.Path(state_path)
+            state_path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = state_path.with_name(state_path.name + '.tmp')
+            torch.save({'mlp': mlp.state_dict(), 'optimizer': optimizer.state_dict(),
+                        'scheduler': scheduler.state_dict(), 'epoch': state.epoch,
+                        'history': json.dumps(state.history),
+                        'recipe': json.dumps(recipe.to_json(), sort_keys=True)}, temporary)
+            temporary.replace(state_path)
+    return mlp, state
+
+
+# --------------------------------------------------------------------------------------------
+# Everything
+
+
+def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
+          log: Callable = _log) -> VecKMFlowModel:
+    """
+    Run the recipe end to end and write the model to out_path (save_model format).
+
+    work_dir caches the simulated sequences, the feature bank and the training state.
+    """
+    work_dir = pathlib.Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    torch.manual_seed(recipe.seed)
+    freq = standard_frequencies(recipe.num_features, recipe.seed)
+    key = json.dumps({k: v for k, v in recipe.to_json().items()
+                      if k not in ('epochs', 'batch_size', 'batches_per_epoch',
+                                   'learning_rate', 'loss_lambda', 'validation_fraction',
+                                   'hidden_size')}, sort_keys=True)
+    tag = f'r{recipe.pixel_radius}_tau{recipe.tau_s * 1e3:g}ms_{abs(hash_text(key)):016x}'
+    bank_path = work_dir / f'bank_{tag}.npz'
+    if bank_path.is_file():
+        with np.load(bank_path) as bank:
+            features, flow, groups = bank['features'], bank['flow'], bank['groups']
+        log(f'feature bank: {len(flow)} samples from {bank_path}')
+    else:
+        log(f'feature bank: simulating {recipe.num_sequences} sequences and encoding '
+            f'(r = {recipe.pixel_radius}, tau = {recipe.tau_s * 1e3:g} ms)')
+        features, flow, groups = build_feature_bank(recipe, freq, work_dir / 'sequences', log)
+        np.savez(bank_path, features=features, flow=flow, groups=groups)
+    bank_s = time.perf_counter() - start
+    log(f'training {recipe.epochs} epochs x {recipe.batches_per_epoch} batches of '
+        f'{recipe.batch_size}')
+    mlp, state = train_mlp(features, flow, groups, recipe, work_dir / f'state_{tag}.pt',
+                           resume, log)
+    w1, w2, w3 = mlp.weights()
+    final = state.history[-1] if state.history else {}
+    model = VecKMFlowModel(
+        num_features=recipe.num_features, pixel_radius=recipe.pixel_radius,
+        tau_s=recipe.tau_s, freq_t=freq[0], freq_x=freq[1], freq_y=freq[2], w1=w1, w2=w2,
+        w3=w3, flow_scale_px_s=recipe.flow_scale_px_s,
+        metadata={
+            'name': name or pathlib.Path(out_path).stem,
+            'source': 'veckm_flow_ros train (Apache-2.0), trained on simulated events',
+            'output_unit': f'px/s (MLP output times flow_scale_px_s = '
+                           f'{recipe.flow_scale_px_s:g})',
+            'data': {'simulator': 'veckm_flow_ros.simulate', 'textures': list(recipe.textures),
+                     'motions': list(recipe.motions), 'sequences': recipe.num_sequences,
+                     'sensor_size': [recipe.width, recipe.height],
+                     'samples': int(len(flow))},
+            'recipe': recipe.to_json(),
+            'seed': recipe.seed,
+            'validation': {k: v for k, v in final.items() if k.startswith('validation')},
+            'history': state.history,
+            'time_s': {'bank': round(bank_s, 1),
+                       'total': round(time.perf_counter() - start, 1)},
+        })
+    path = save_model(model, out_path)
+    log(f'wrote {path}')
+    return model
+
+
+def hash_text(text: str) -> int:
+    """Stable 64-bit hash of a string (Python's hash() is salted per process)."""
+    import hashlib
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], 'little')
