@@ -19,7 +19,7 @@ Subscriptions
     ~/events       event_camera_msgs/msg/EventPacket   best effort, keep last 1000, volatile
                    (the drivers' QoS; encodings evt3, mono, libcaer, libcaer_cmp).
 
-Publications (reliable, keep last 10)
+Publications (reliable, volatile; keep last 100 for ~/flow, 10 for the others)
     ~/flow         sensor_msgs/msg/PointCloud2   one point per flow, float32 fields
                    x, y [px], t [s, relative to header.stamp, <= 0], u, v [px/s, x right,
                    y down], + confidence [0..1] when publish_confidence; header.stamp = ROS
@@ -71,6 +71,9 @@ NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay ba
 # which over-estimates events for the 8-byte formats' triggers and evt3 time words (safe side).
 BYTES_PER_EVENT = {'evt3': 2, 'libcaer_cmp': 2, 'mono': 8, 'libcaer': 8, 'trigger': 8}
 MAX_QUEUED_PACKETS = 10000
+# The worker takes at most this many (estimated) events per estimator call: it bounds the
+# latency one batch adds and how long a shutdown waits for the worker.
+MAX_BATCH_EVENTS = 500_000
 # Sensor time may step back this much between packets without meaning a new stream.
 RESTART_TOLERANCE_NS = 100_000_000
 IMAGE_MAX_FLOWS = 500_000
@@ -79,6 +82,11 @@ LATENCY_SAMPLES = 10000
 EVENTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
                         reliability=ReliabilityPolicy.BEST_EFFORT,
                         durability=DurabilityPolicy.VOLATILE)
+# Reliable; ~/flow keeps 100 messages (0.5 s of 5 ms blocks) because the worker publishes
+# the blocks of a batch back to back, images and diagnostics keep 10.
+FLOW_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
+                      reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.VOLATILE)
 OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
@@ -208,14 +216,25 @@ class PacketQueue:
             self._condition.notify()
         return dropped
 
-    def take_all(self, timeout_s: float) -> List[QueuedPacket]:
-        """Remove and return every queued packet, waiting up to timeout_s for the first."""
+    def take(self, timeout_s: float, max_events: Optional[int] = None) -> List[QueuedPacket]:
+        """
+        Remove and return the oldest packets, waiting up to timeout_s for the first.
+
+        Returns whole packets up to max_events estimated events (at least one packet);
+        None = everything queued.
+        """
         with self._condition:
             if not self._packets:
                 self._condition.wait(timeout_s)
-            packets = list(self._packets)
-            self._packets.clear()
-            self._events = 0
+            packets = []
+            taken = 0
+            while self._packets and (max_events is None or not packets
+                                     or taken + self._packets[0].estimated_events
+                                     <= max_events):
+                packet = self._packets.popleft()
+                taken += packet.estimated_events
+                packets.append(packet)
+            self._events -= taken
         return packets
 
     def wake(self):
@@ -285,7 +304,7 @@ def image_message(bgr: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
 class Statistics:
     """Counters shared by the executor thread and the worker (guarded by one lock)."""
 
-    TOTALS = ('packets', 'events', 'flows', 'blocks', 'seq_gaps', 'missed_packets',
+    TOTALS = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps', 'missed_packets',
               'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
               'estimator_resets', 'images')
 
@@ -357,7 +376,7 @@ class VecKMFlowNode(Node):
         self._image_wanted = False
         self._newest_stamp_ns = 0
 
-        self.flow_pub = self.create_publisher(PointCloud2, '~/flow', OUTPUT_QOS)
+        self.flow_pub = self.create_publisher(PointCloud2, '~/flow', FLOW_QOS)
         self.image_pub = self.create_publisher(Image, '~/flow_image', OUTPUT_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                      OUTPUT_QOS)
@@ -397,8 +416,6 @@ class VecKMFlowNode(Node):
         if device == 'cuda' and not torch.cuda.is_available():
             raise ConfigurationError('parameter device is cuda but torch sees no CUDA device '
                                      f'(torch {torch.__version__}); use device:=cpu')
-        if config['torch_threads'] > 0:
-            torch.set_num_threads(config['torch_threads'])
         self.model_name = config['model'] or '(default shipped model)'
         self.model = load_model(config['model'] or None)
         check_model_fits(self.model, config)
@@ -461,8 +478,12 @@ class VecKMFlowNode(Node):
     # -- worker thread: decode, estimate, publish --------------------------------------------
 
     def _work(self):
+        if self.config['torch_threads'] > 0:
+            import torch
+            # Per thread: OpenMP thread counts are a property of the calling thread.
+            torch.set_num_threads(self.config['torch_threads'])
         while not self._stop.is_set():
-            packets = self.queue.take_all(timeout_s=0.05)
+            packets = self.queue.take(timeout_s=0.05, max_events=MAX_BATCH_EVENTS)
             if not packets:
                 continue
             try:
@@ -473,11 +494,15 @@ class VecKMFlowNode(Node):
                     f'failed to process {len(packets)} packet(s): {type(error).__name__}: '
                     f'{error}', throttle_duration_sec=5.0)
                 self._reset_stream(f'{type(error).__name__} while processing')
+            finally:
+                self.stats.add(handled_packets=len(packets))
 
     def _process(self, packets: List[QueuedPacket]):
         """Decode the packets in order and push their events as one batch per sensor size."""
         batch = []
         for packet in packets:
+            if self._stop.is_set():
+                return
             events = self._decode(packet)
             if events is None or len(events) == 0:
                 continue
@@ -528,6 +553,8 @@ class VecKMFlowNode(Node):
     def _estimate(self, batch):
         from veckm_flow_ros.events import EventArray
         for block in self.estimator.push(EventArray.concatenate(batch)):
+            if self._stop.is_set():
+                return
             self._publish_block(block)
 
     def _publish_block(self, block):
