@@ -206,20 +206,18 @@ def draw_error_vs_speed(sequence, flows, path: pathlib.Path):
 
 def replay_real(bag_path: pathlib.Path, model, device, out_dir: pathlib.Path, progress):
     """Replay the real 640x480 evt3 recording; write its video and one mid-recording frame."""
+    import tempfile
+
     from veckm_flow_ros.replay import replay_bag, ReplayOptions, ReplayOutputs
     print(f'\nreal recording  {bag_path} (640x480 evt3, no ground truth)')
-    frames_dir = out_dir / 'real_frames_tmp'
-    if frames_dir.exists():
-        shutil.rmtree(frames_dir)
     video = out_dir / 'real_evt3_640x480.mp4'
-    summary = replay_bag(bag_path, model, ReplayOptions(device=device, progress=progress),
-                         ReplayOutputs(video=video, png_dir=frames_dir))
+    picture = out_dir / 'real_evt3_640x480.png'
+    with tempfile.TemporaryDirectory(prefix='veckm_flow_demo_') as frames_dir:
+        summary = replay_bag(bag_path, model, ReplayOptions(device=device, progress=progress),
+                             ReplayOutputs(video=video, png_dir=frames_dir))
+        frames = sorted(pathlib.Path(frames_dir).glob('frame_*.png'))
+        if frames:
+            shutil.copyfile(frames[len(frames) // 2], picture)
+    summary.written = [path for path in summary.written if not path.startswith(frames_dir)]
     print(summary.table())
-    frames = sorted(frames_dir.glob('frame_*.png'))
-    written = [str(video)]
-    if frames:
-        picture = out_dir / 'real_evt3_640x480.png'
-        shutil.copyfile(frames[len(frames) // 2], picture)
-        written.append(str(picture))
-    shutil.rmtree(frames_dir)
-    return written
+    return [str(video)] + ([str(picture)] if frames else [])
