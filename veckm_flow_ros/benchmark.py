@@ -1,0 +1,174 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Throughput benchmark of the encoding + MLP: Algorithm-1 baseline vs our CPU / CUDA ops.
+
+Workloads (synthetic, seeded: random straight edges moving across a 640x480 sensor):
+- dense: 200k events in one 24 ms slice, every event a target;
+- sparse: 500k events, 10k of them (evenly spaced) are targets.
+Each row reports flows/s end to end (encoding + MLP, inputs already on the device) and the
+peak memory of the run; the ratio to the Algorithm-1 baseline is measured in the same run.
+Only torch and numpy are needed (no ROS), so it runs on GPU machines without ROS wheels.
+"""
+
+import dataclasses
+import math
+import resource
+import time
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from veckm_flow_ros import ops, reference
+
+WIDTH, HEIGHT = 640, 480
+TAU_S = 0.012
+WORKLOADS = {'dense': (200_000, None), 'sparse': (500_000, 10_000)}
+RADII = (8, 10)
+
+
+@dataclasses.dataclass
+class BenchRow:
+    """One measurement: flows/s and peak memory (MB) of an implementation on a workload."""
+
+    impl: str
+    radius: int
+    workload: str
+    flows_per_s: float
+    peak_mem_mb: float
+    num_flows: int
+
+
+def synthetic_edges(num_events: int, seed: int = 0, num_edges: int = 60,
+                    duration_s: float = 2 * TAU_S):
+    """
+    Return (t_ns int64, x int32, y int32) of straight edges moving at random velocities.
+
+    Events are time-sorted; each edge gets an equal share of events at random points along
+    it (up to 600 px/s in x and y).
+    """
+    rng = np.random.default_rng(seed)
+    per_edge = num_events // num_edges
+    t_s, x, y = [], [], []
+    for edge in range(num_edges):
+        count = per_edge if edge < num_edges - 1 else num_events - per_edge * (num_edges - 1)
+        centre = rng.uniform((0, 0), (WIDTH, HEIGHT))
+        angle = rng.uniform(0, math.pi)
+        length = rng.uniform(40, 240)
+        velocity = rng.uniform(-600, 600, 2)
+        t = rng.uniform(0, duration_s, count)
+        along = rng.uniform(-length / 2, length / 2, count)
+        t_s.append(t)
+        x.append(centre[0] + along * math.cos(angle) + velocity[0] * t)
+        y.append(centre[1] + along * math.sin(angle) + velocity[1] * t)
+    t_s, x, y = np.concatenate(t_s), np.concatenate(x), np.concatenate(y)
+    order = np.argsort(t_s, kind='stable')
+    x = np.clip(np.round(x[order]), 0, WIDTH - 1).astype(np.int32)
+    y = np.clip(np.round(y[order]), 0, HEIGHT - 1).astype(np.int32)
+    return (t_s[order] * 1e9).astype(np.int64), x, y
+
+
+def random_model_tensors(d: int = 64, hidden: int = 128, seed: int = 0):
+    """Frequencies and MLP weights with the published shapes (values do not affect speed)."""
+    generator = torch.Generator().manual_seed(seed)
+    freqs = [5.0 * torch.randn(d, generator=generator) for _ in range(3)]
+    weights = [torch.randn(shape, generator=generator) / math.sqrt(shape[0])
+               for shape in ((2 * d, hidden), (hidden, hidden), (hidden, 2))]
+    return freqs, weights
+
+
+def _targets(num_events, num_targets):
+    if num_targets is None:
+        return np.arange(num_events, dtype=np.int64)
+    return np.linspace(0, num_events - 1, num_targets).round().astype(np.int64)
+
+
+def _peak_mb(device):
+    if device.type == 'cuda':
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    # ru_maxrss is the process high-water mark (kB on Linux): it never goes down.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _time(function, device, repeats):
+    function()  # warm-up (allocations, lazy init)
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        function()
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def run_benchmark(devices=('cpu',), radii=RADII, workloads=tuple(WORKLOADS),
+                  baseline_max_targets: int = 20_000, repeats: int = 3,
+                  progress: Optional[callable] = None) -> List[BenchRow]:
+    """
+    Measure every implementation on every (radius, workload); returns BenchRows.
+
+    The Algorithm-1 baseline (reference.encode_algorithm1 on the CPU) is timed on at most
+    baseline_max_targets of the targets (its cost is linear in the targets; the full dense
+    workload would take minutes) and reported as flows/s.
+    """
+    (freq_t, freq_x, freq_y), (w1, w2, w3) = random_model_tensors()
+    rows = []
+    for workload in workloads:
+        num_events, num_targets = WORKLOADS[workload]
+        t_ns, x, y = synthetic_edges(num_events, seed=1)
+        targets = _targets(num_events, num_targets)
+        for radius in radii:
+            impls = [('algorithm1', torch.device('cpu'))]
+            impls += [(torch.device(device).type, torch.device(device)) for device in devices]
+            for impl, device in impls:
+                if progress:
+                    progress(f'{impl} r={radius} {workload}')
+                if device.type == 'cuda':
+                    torch.cuda.reset_peak_memory_stats(device)
+                inputs = [torch.from_numpy(a).to(device) for a in (t_ns, x, y)]
+                model = [a.to(device) for a in (freq_t, freq_x, freq_y, w1, w2, w3)]
+                if impl == 'algorithm1':
+                    subset = targets[:baseline_max_targets]
+                else:
+                    subset = targets
+                target_index = torch.from_numpy(subset).to(device)
+
+                def run_once():
+                    encode = reference.encode_algorithm1 if impl == 'algorithm1' else ops.encode
+                    features, _ = encode(*inputs, target_index, WIDTH, HEIGHT, *model[:3],
+                                         TAU_S, radius)
+                    return ops.flow_mlp(features, *model[3:], 60.0)
+
+                seconds = _time(run_once, device, repeats if impl != 'algorithm1' else 1)
+                rows.append(BenchRow(impl, radius, workload, len(subset) / seconds,
+                                     _peak_mb(device), len(subset)))
+    return rows
+
+
+def format_table(rows: List[BenchRow]) -> str:
+    """Render rows as a text table with the speed-up over algorithm1 of the same case."""
+    baseline = {(row.radius, row.workload): row.flows_per_s for row in rows
+                if row.impl == 'algorithm1'}
+    lines = [f'{"impl":<11} {"r":>3} {"workload":<8} {"flows":>8} {"flows/s":>12} '
+             f'{"x baseline":>10} {"peak MB":>9}']
+    for row in rows:
+        ratio = row.flows_per_s / baseline[(row.radius, row.workload)]             if (row.radius, row.workload) in baseline else float('nan')
+        lines.append(f'{row.impl:<11} {row.radius:>3} {row.workload:<8} {row.num_flows:>8} '
+                     f'{row.flows_per_s:>12,.0f} {ratio:>10.1f} {row.peak_mem_mb:>9.0f}')
+    return '\n'.join(lines)
