@@ -1,0 +1,127 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+veckm-flow predict: per-event normal flow for events stored in a .npz file.
+
+Input npz: t (float64 seconds or int64 ns, detected by dtype), x, y (integers), optional p,
+optional width and height (else max + 1). Output npz: idx (int64 input indices that got a
+flow), u, v (float32 px/s, x right, y down). Runs the streaming NormalFlowEstimator over the
+whole input (centred context), so results equal those of the node and of replay.
+"""
+
+import pathlib
+import sys
+
+import numpy as np
+
+CHUNK_EVENTS = 200_000
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        'predict', help='normal flow for events in a .npz file',
+        description='Per-event normal flow for events in a .npz (t, x, y[, p, width, height]).')
+    parser.add_argument('--events', required=True, metavar='IN.npz',
+                        help='input events: t (float64 s or int64 ns), x, y, optional p, width, '
+                             'height')
+    parser.add_argument('--out', required=True, metavar='OUT.npz',
+                        help='output: idx (int64), u, v (float32 px/s)')
+    parser.add_argument('--model', default=None, metavar='PATH|NAME',
+                        help='checkpoint .npz, published VecKM_flow_cpp folder or shipped model '
+                             'name (default: the shipped default model)')
+    parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
+                        help='where to run the encoding and MLP (default: cpu)')
+    parser.add_argument('--stride', type=int, default=1, metavar='K',
+                        help='compute the flow of every K-th event (default: 1, all events)')
+    parser.add_argument('--causal', action='store_true',
+                        help='past-only context (lower latency, lower accuracy)')
+    parser.set_defaults(func=run)
+
+
+def load_events(path):
+    """Read an events .npz; returns (EventArray, width, height, time_unit description)."""
+    from veckm_flow_ros.events import EventArray
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'events file {path} does not exist')
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            data = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as error:
+        raise ValueError(f'{path}: not a readable .npz ({error})') from None
+    missing = [name for name in ('t', 'x', 'y') if name not in data]
+    if missing:
+        raise ValueError(f'{path}: missing arrays {missing} (needs t, x, y)')
+    t, x, y = data['t'], data['x'], data['y']
+    if not (len(t) == len(x) == len(y)):
+        raise ValueError(f'{path}: t, x, y differ in length ({len(t)}, {len(x)}, {len(y)})')
+    if np.issubdtype(t.dtype, np.floating):
+        if not np.isfinite(t).all():
+            raise ValueError(f'{path}: t holds NaN/Inf values')
+        t_ns = np.round(t.astype(np.float64) * 1e9).astype(np.int64)
+        unit = f'float seconds ({t.dtype})'
+    elif np.issubdtype(t.dtype, np.integer):
+        t_ns = t.astype(np.int64)
+        unit = f'integer nanoseconds ({t.dtype})'
+    else:
+        raise ValueError(f'{path}: t has dtype {t.dtype}; expected float64 s or int64 ns')
+    for name, values in (('x', x), ('y', y)):
+        if not np.issubdtype(values.dtype, np.integer) and not np.issubdtype(values.dtype,
+                                                                            np.floating):
+            raise ValueError(f'{path}: {name} has dtype {values.dtype}; expected integers')
+        if len(values) and (values.min() < 0 or values.max() > 65535):
+            raise ValueError(f'{path}: {name} must be pixel coordinates in [0, 65535], found '
+                             f'[{values.min()}, {values.max()}]')
+    x = np.round(x).astype(np.uint16)
+    y = np.round(y).astype(np.uint16)
+    p = data['p'].astype(np.uint8) if 'p' in data else np.zeros(len(t), np.uint8)
+    width = int(data['width']) if 'width' in data else int(x.max()) + 1 if len(x) else 1
+    height = int(data['height']) if 'height' in data else int(y.max()) + 1 if len(y) else 1
+    if len(t_ns) > 1 and (np.diff(t_ns) < 0).any():
+        raise ValueError(f'{path}: t is not sorted in time; sort the events first')
+    return EventArray(t_ns, x, y, p), width, height, unit
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.model import load_model
+    events, width, height, unit = load_events(args.events)
+    if args.stride < 1:
+        raise ValueError(f'--stride must be >= 1, got {args.stride}')
+    model = load_model(args.model)
+    print(f'predict: {len(events)} events, t as {unit}, sensor {width}x{height}, '
+          f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), '
+          f'device {args.device}', file=sys.stderr)
+    estimator = NormalFlowEstimator(model, width, height, device=args.device,
+                                    causal=args.causal, target_stride=args.stride,
+                                    max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS))
+    blocks = []
+    with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
+              disable=len(events) < 2 * CHUNK_EVENTS) as progress:
+        for start in range(0, len(events), CHUNK_EVENTS):
+            chunk = events[start:start + CHUNK_EVENTS]
+            blocks += estimator.push(chunk)
+            progress.update(len(chunk))
+    blocks += estimator.flush()
+    flows = FlowBlock.concatenate(blocks)
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, idx=flows.event_index.astype(np.int64), u=flows.u_px_s, v=flows.v_px_s)
+    dropped = {reason: count for reason, count in estimator.events_dropped.items() if count}
+    print(f'predict: wrote {len(flows)} flows to {out}'
+          + (f' (dropped events: {dropped})' if dropped else ''), file=sys.stderr)
+    return 0
