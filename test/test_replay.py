@@ -204,3 +204,25 @@ def test_cli_prints_summary(model_args, tmp_path, capsys):
                   'flow speed'):
         assert label in out
     assert (tmp_path / 'f.npz').is_file()
+
+
+def test_each_frame_holds_all_of_its_flows():
+    from veckm_flow_ros.estimator import FlowBlock
+    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.replay import FramePainter
+    frames = []
+    painter = FramePainter(200, 100, 10_000_000, 100.0, 16,
+                           lambda index, end_ns, flow, panel: frames.append(flow))
+    painter.add_events(EventArray([0], [0], [0], [1]))
+    # 5 ms blocks with one flow each (at x = 10 k), computed 20 ms after their targets.
+    for k in range(6):
+        t_ns = k * 5_000_000 + 1
+        painter.add_flows(FlowBlock(
+            event_index=np.array([k]), t_ns=np.array([t_ns]), x=np.array([10 * k], np.uint16),
+            y=np.array([80], np.uint16), u_px_s=np.array([50.0], np.float32),
+            v_px_s=np.array([0.0], np.float32), t_newest_ns=t_ns + 20_000_000))
+    painter.finish(29_999_999)
+    assert len(frames) == 3
+    for index, flow in enumerate(frames):
+        lit = set(np.flatnonzero(flow[80].any(axis=1)))
+        assert lit == {20 * index, 20 * index + 10}

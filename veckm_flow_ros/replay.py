@@ -266,8 +266,8 @@ class FramePainter:
     """
     Cut events and flows into frames of sensor time and hand the pictures to the outputs.
 
-    A frame [start, start + period) is finished once a flow block newer than its end has
-    arrived (blocks come in time order), so each frame shows all of its flows.
+    A frame [start, start + period) is finished once a flow block with a target at or after
+    its end has arrived (blocks come in time order), so each frame shows all of its flows.
     """
 
     def __init__(self, width, height, period_ns, max_speed_px_s, cell_px, on_frame):
@@ -290,12 +290,16 @@ class FramePainter:
         self._events.append(events)
 
     def add_flows(self, block):
-        if len(block.t_ns):
-            self._flows.append((np.asarray(block.t_ns, np.int64), np.asarray(block.x),
-                                np.asarray(block.y), np.asarray(block.u_px_s),
-                                np.asarray(block.v_px_s)))
+        if len(block.t_ns) == 0:
+            return
+        t_ns = np.asarray(block.t_ns, np.int64)
+        self._flows.append((t_ns, np.asarray(block.x), np.asarray(block.y),
+                            np.asarray(block.u_px_s), np.asarray(block.v_px_s)))
+        # Later blocks only hold targets after this block's: every flow up to its newest
+        # target has arrived.
+        done_ns = int(t_ns.max())
         while (self.frame_start_ns is not None
-               and int(block.t_newest_ns) >= self.frame_start_ns + self.period_ns):
+               and self.frame_start_ns + self.period_ns <= done_ns + 1):
             self._finish_frame()
 
     def finish(self, t_last_ns: Optional[int]):
