@@ -127,7 +127,7 @@ PARAMETERS = (
     ParameterSpec('max_queued_events', 10_000_000, 'Capacity of the input packet queue '
                   '[events, estimated from payload bytes]; when full the oldest whole packets '
                   'are dropped and counted.', (1000, 1_000_000_000), read_only=True),
-    ParameterSpec('max_buffered_events', 20_000_000, 'Cap on events the estimator keeps in '
+    ParameterSpec('max_buffered_events', 4_000_000, 'Cap on events the estimator keeps in '
                   'its sliding window [events].', (1000, 1_000_000_000), read_only=True),
     ParameterSpec('torch_threads', 0, 'Torch intra-op threads for the worker; 0 = torch '
                   'default.', (0, 256), read_only=True),
@@ -558,15 +558,22 @@ class VecKMFlowNode(Node):
             self._publish_block(block)
 
     def _publish_block(self, block):
-        count = len(block.t_ns)
+        """Publish one FlowBlock as ~/flow; stamp = ROS time of its newest flow's event."""
+        valid = slice(None) if block.valid is None else np.asarray(block.valid, dtype=bool)
+        t_ns = np.asarray(block.t_ns, dtype=np.int64)[valid]
+        count = len(t_ns)
         if count == 0:
             return
-        t_newest_ns = int(block.t_newest_ns)
-        stamp_ns = self.timesync.to_ros_ns(t_newest_ns)
-        t_rel_s = (np.asarray(block.t_ns, dtype=np.int64) - t_newest_ns) * 1e-9
-        confidence = block.confidence if self.config['publish_confidence'] else None
-        points = make_flow_points(block.x, block.y, t_rel_s, block.u_px_s, block.v_px_s,
-                                  confidence)
+        t_stamp_ns = int(t_ns.max())
+        stamp_ns = self.timesync.to_ros_ns(t_stamp_ns)
+        confidence = None
+        if self.config['publish_confidence']:
+            # A model without a confidence output: the field stays (stable layout), NaN.
+            confidence = (np.full(count, np.nan, np.float32) if block.confidence is None
+                          else np.asarray(block.confidence)[valid])
+        points = make_flow_points(np.asarray(block.x)[valid], np.asarray(block.y)[valid],
+                                  (t_ns - t_stamp_ns) * 1e-9, np.asarray(block.u_px_s)[valid],
+                                  np.asarray(block.v_px_s)[valid], confidence)
         self.flow_pub.publish(pointcloud2_message(points, stamp_ns, self._frame_id))
         now_ns = self.get_clock().now().nanoseconds
         self.stats.add(flows=count, blocks=1)
