@@ -90,6 +90,20 @@ def _load_extension():
     return _EXTENSION[0]
 
 
+_READ_ONLY_WARNED = False
+
+
+def _from_read_only(torch, buffer):
+    """Wrap a read-only buffer (e.g. bytes); the kernels only read it."""
+    global _READ_ONLY_WARNED
+    with warnings.catch_warnings():
+        # torch warns once per process that the array is not writable; nothing writes to it.
+        warnings.simplefilter('ignore', UserWarning)
+        tensor = torch.from_numpy(buffer)
+    _READ_ONLY_WARNED = True
+    return tensor
+
+
 def extension_available() -> bool:
     """Return True when the compiled decoders can be used (backend 'cpp')."""
     return _load_extension() is not None
@@ -213,13 +227,10 @@ class PacketDecoder:
 
     def _decode_cpp(self, encoding, buffer, time_base, width, height):
         torch = self._torch
-        if buffer.flags.writeable:
+        if buffer.flags.writeable or _READ_ONLY_WARNED:
             tensor = torch.from_numpy(buffer)
         else:
-            with warnings.catch_warnings():
-                # bytes are read-only; the kernels only read the buffer.
-                warnings.simplefilter('ignore', UserWarning)
-                tensor = torch.from_numpy(buffer)
+            tensor = _from_read_only(torch, buffer)
         ops = torch.ops.veckm_flow
         state = self._state(encoding, lambda size: torch.zeros(size, dtype=torch.int64))
         if encoding == 'evt3':

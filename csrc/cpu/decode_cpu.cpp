@@ -59,6 +59,19 @@ inline uint64_t ReadU64(const uint8_t* bytes) {
          (static_cast<uint64_t>(ReadU32(bytes + 4)) << 32);
 }
 
+// Number of set bits of every 12-bit value (x86-64 baseline has no POPCNT instruction, and
+// __builtin_popcount would become a library call).
+struct Popcount12 {
+  uint8_t bits[4096];
+  constexpr Popcount12() : bits() {
+    for (int v = 1; v < 4096; ++v) {
+      bits[v] = static_cast<uint8_t>(bits[v >> 1] + (v & 1));
+    }
+  }
+  constexpr uint8_t operator[](uint32_t v) const { return bits[v]; }
+};
+constexpr Popcount12 kPopcount12;
+
 void CheckBuffer(const at::Tensor& buffer) {
   TORCH_CHECK(buffer.device().is_cpu(), "buffer must be a CPU tensor, got ", buffer.device());
   TORCH_CHECK(buffer.scalar_type() == at::kByte, "buffer must be uint8, got ",
@@ -137,11 +150,18 @@ enum Evt3Code : uint16_t {
 inline uint64_t Evt3UpdateTimeHigh(uint64_t time_high, uint16_t payload) {
   const uint64_t last = (time_high >> 12) & 0xFFF;
   const uint64_t next = payload;
-  if (next < last && last - next > kEvt3MaxTimeHighJitter) {
-    time_high += uint64_t{1} << 24;
-  }
-  return (time_high & ~((uint64_t{1} << 24) - 1)) | (next << 12);
+  // A wrap when next < last by more than the jitter; arithmetic, not a branch (this runs for
+  // every word of the main loop and is selected afterwards).
+  const uint64_t wrap = static_cast<uint64_t>(next + kEvt3MaxTimeHighJitter < last) << 24;
+  return ((time_high + wrap) & ~((uint64_t{1} << 24) - 1)) | (next << 12);
 }
+
+// Per type code (bits 15..12): which payload bits are event masks (VECT_12: 12, VECT_8: 8),
+// how far a vector word moves base_x, and which codes are invalid (1, 11, 12, 13; 7, 9, 14,
+// 15 are ignored silently).
+constexpr uint16_t kEvt3VectorMask[16] = {0, 0, 0, 0, 0xFFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+constexpr uint8_t kEvt3VectorAdvance[16] = {0, 0, 0, 0, 12, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+constexpr uint8_t kEvt3Invalid[16] = {0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0};
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            at::Tensor>
@@ -153,21 +173,18 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_words = buffer.size(0) / 2;
 
-  // Pass 1: upper bounds on CD events and triggers.
+  // Pass 1: upper bounds on CD events and triggers (branch-free: one table lookup per word).
   int64_t max_events = 0;
   int64_t max_triggers = 0;
   for (int64_t i = 0; i < num_words; ++i) {
     const uint16_t word = ReadU16(bytes + 2 * i);
-    switch (word >> 12) {
-      case kEvt3AddrX: max_events += 1; break;
-      case kEvt3Vect12: max_events += __builtin_popcount(word & 0xFFF); break;
-      case kEvt3Vect8: max_events += __builtin_popcount(word & 0xFF); break;
-      case kEvt3ExtTrigger: max_triggers += 1; break;
-      default: break;
-    }
+    const uint16_t code = word >> 12;
+    max_events += kPopcount12[word & kEvt3VectorMask[code]] + (code == kEvt3AddrX);
+    max_triggers += code == kEvt3ExtTrigger;
   }
 
-  EventColumns events(max_events);
+  // One slot of slack: the main loop writes every ADDR_X event and then keeps it or not.
+  EventColumns events(max_events + 1);
   at::Tensor trigger_t_ns = at::empty({max_triggers}, at::kLong);
   at::Tensor trigger_channel = at::empty({max_triggers}, at::kByte);
   at::Tensor trigger_edge = at::empty({max_triggers}, at::kByte);
@@ -182,9 +199,9 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
   uint64_t time_low = static_cast<uint64_t>(s[1]) & 0xFFF;
   bool time_valid = (s[2] & 1) != 0;
   bool seen_time_high = (s[2] & 2) != 0;
-  uint16_t y = static_cast<uint16_t>(s[3]);
-  uint16_t base_x = static_cast<uint16_t>(s[4]);
-  uint8_t vector_polarity = static_cast<uint8_t>(s[5] & 1);
+  uint32_t y = static_cast<uint16_t>(s[3]);
+  uint32_t base_x = static_cast<uint16_t>(s[4]);
+  uint32_t vector_polarity = static_cast<uint32_t>(s[5] & 1);
 
   int64_t i = 0;
   // Until the time is known only time words count (as in the reference decoder).
@@ -200,66 +217,70 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
     }
   }
 
+  // Main pass. Word types arrive in no predictable order, so the state updates are written
+  // as selects instead of a switch (a mispredicted branch per word costs more than the
+  // arithmetic); only vector words and the rare triggers branch.
+  int64_t* t_out = events.t_ptr;
+  uint16_t* x_out = events.x_ptr;
+  uint16_t* y_out = events.y_ptr;
+  uint8_t* p_out = events.p_ptr;
+  int64_t count = 0;
+  int64_t out_of_bounds = 0;
+  int64_t invalid_words = 0;
   for (; i < num_words; ++i) {
-    const uint16_t word = ReadU16(bytes + 2 * i);
-    const uint16_t code = word >> 12;
-    switch (code) {
-      case kEvt3AddrY:
-        y = word & 0x7FF;
-        break;
-      case kEvt3AddrX: {
-        const uint16_t x = word & 0x7FF;
-        if (x < width_px && y < height_px) {
-          events.Push((time_high | time_low) * 1000, x, y, (word >> 11) & 1);
-        } else {
-          ++stats[kStatOutOfBounds];
-        }
-        break;
-      }
-      case kEvt3VectBaseX:
-        base_x = word & 0x7FF;
-        vector_polarity = (word >> 11) & 1;
-        break;
-      case kEvt3Vect12:
-      case kEvt3Vect8: {
-        const bool is12 = code == kEvt3Vect12;
-        uint32_t mask = word & (is12 ? 0xFFF : 0xFF);
-        const uint64_t t = (time_high | time_low) * 1000;
-        while (mask != 0) {
-          const int bit = __builtin_ctz(mask);
-          mask &= mask - 1;
-          const uint16_t x = static_cast<uint16_t>(base_x + bit);
-          if (x < width_px && y < height_px) {
-            events.Push(t, x, y, vector_polarity);
-          } else {
-            ++stats[kStatOutOfBounds];
-          }
-        }
-        base_x = static_cast<uint16_t>(base_x + (is12 ? 12 : 8));
-        break;
-      }
-      case kEvt3TimeLow:
-        time_low = word & 0xFFF;
-        break;
-      case kEvt3TimeHigh:
-        time_high = Evt3UpdateTimeHigh(time_high, word & 0xFFF);
-        break;
-      case kEvt3ExtTrigger:
-        trigger_t_ptr[num_triggers] = static_cast<int64_t>((time_high | time_low) * 1000);
-        trigger_channel_ptr[num_triggers] = (word >> 8) & 0xF;
-        trigger_edge_ptr[num_triggers] = word & 1;
-        ++num_triggers;
-        break;
-      case kEvt3Continued4:
-      case kEvt3Padding:
-      case kEvt3Others:
-      case kEvt3Continued12:
-        break;
-      default:
-        ++stats[kStatUnknownWords];
-        break;
+    const uint32_t word = ReadU16(bytes + 2 * i);
+    const uint32_t code = word >> 12;
+    const uint32_t payload = word & 0xFFF;
+    const uint64_t t_ns = (time_high | time_low) * 1000;
+
+    // ADDR_X: write the event unconditionally, keep it when it is an in-bounds ADDR_X.
+    const uint32_t x = word & 0x7FF;
+    const bool inside = x < width_px && y < height_px;
+    const bool is_addr_x = code == kEvt3AddrX;
+    t_out[count] = static_cast<int64_t>(t_ns);
+    x_out[count] = static_cast<uint16_t>(x);
+    y_out[count] = static_cast<uint16_t>(y);
+    p_out[count] = static_cast<uint8_t>((word >> 11) & 1);
+    count += is_addr_x & inside;
+    out_of_bounds += is_addr_x & !inside;
+
+    // VECT_12 / VECT_8: one event per set bit at base_x + bit.
+    uint32_t mask = word & kEvt3VectorMask[code];
+    if (mask != 0) {
+      const bool row_inside = y < height_px;
+      do {
+        const uint32_t bit = static_cast<uint32_t>(__builtin_ctz(mask));
+        mask &= mask - 1;
+        const uint32_t vx = (base_x + bit) & 0xFFFF;
+        const bool keep = row_inside && vx < width_px;
+        t_out[count] = static_cast<int64_t>(t_ns);
+        x_out[count] = static_cast<uint16_t>(vx);
+        y_out[count] = static_cast<uint16_t>(y);
+        p_out[count] = static_cast<uint8_t>(vector_polarity);
+        count += keep;
+        out_of_bounds += !keep;
+      } while (mask != 0);
     }
+    if (code == kEvt3ExtTrigger) {
+      trigger_t_ptr[num_triggers] = static_cast<int64_t>(t_ns);
+      trigger_channel_ptr[num_triggers] = (word >> 8) & 0xF;
+      trigger_edge_ptr[num_triggers] = word & 1;
+      ++num_triggers;
+    }
+
+    // State updates as selects.
+    const bool is_base = code == kEvt3VectBaseX;
+    base_x = is_base ? (word & 0x7FF) : ((base_x + kEvt3VectorAdvance[code]) & 0xFFFF);
+    vector_polarity = is_base ? ((word >> 11) & 1) : vector_polarity;
+    y = code == kEvt3AddrY ? (word & 0x7FF) : y;
+    time_low = code == kEvt3TimeLow ? payload : time_low;
+    const uint64_t next_high = Evt3UpdateTimeHigh(time_high, static_cast<uint16_t>(payload));
+    time_high = code == kEvt3TimeHigh ? next_high : time_high;
+    invalid_words += kEvt3Invalid[code];
   }
+  events.count = count;
+  stats[kStatOutOfBounds] = out_of_bounds;
+  stats[kStatUnknownWords] = invalid_words;
 
   s[0] = static_cast<int64_t>(time_high);
   s[1] = static_cast<int64_t>(time_low);
@@ -304,7 +325,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
   for (int64_t i = 0; i < num_words; ++i) {
     const uint16_t word = ReadU16(bytes + 2 * i);
     const uint16_t code = word >> 12;
-    max_events += code == kCmpAddrY ? 1 : (code == kCmpVect8 ? __builtin_popcount(word & 0xFF) : 0);
+    max_events += code == kCmpAddrY ? 1 : (code == kCmpVect8 ? kPopcount12[word & 0xFF] : 0);
   }
 
   EventColumns events(max_events);
