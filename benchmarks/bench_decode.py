@@ -16,19 +16,21 @@
 """
 Throughput of the EventPacket decoders: C++ kernels vs the numpy reference, same run.
 
-    .venv/bin/python benchmarks/bench_decode.py [--events 2000000] [--repeats 5]
+    .venv/bin/python benchmarks/bench_decode.py [--events 2000000] [--repeats 3]
+        [--encodings evt3 mono ...]
 
-Sources: the real recordings in ../shared/data/recordings (their packets as recorded, when
-present) and synthetic streams of each encoding made with packets.py from a random 640x480
-scene at 20 M events/s, cut into 1 ms packets (~20 k events, a typical driver message) and
-into 50 ms packets (a burst or a replay that concatenates). evt3 also runs on a sensor-like
-ordering (sort_for_vectors) that uses VECT_12 / VECT_8 words.
+Sources: the real recordings in ../shared/data/recordings (their packets as recorded, and for
+evt3 also all packets concatenated into one buffer, which evt3 allows) when present, and
+synthetic streams of each encoding made with packets.py at --rate events/s (default 20 M/s,
+a burst), cut into 1 ms packets (a typical driver message) and 50 ms packets: 'random'
+(uniform pixels; evt3 needs ADDR_X words) and 'edges' (runs of 4..24 neighbouring pixels in a
+row at one timestamp, as a moving edge gives; evt3 packs them into VECT_12 / VECT_8 words).
 
 Columns: packets, events, MB of payload; for each backend the best of --repeats full passes
-through PacketDecoder.decode (Python wrapper included): M events/s decoded and microseconds per
-packet, from the CPU time of this process (time.process_time, so that other processes on a
-shared machine do not inflate it; the decoders are single-threaded); cpp/numpy = ratio of the
-two speeds in the same run.
+through PacketDecoder.decode: M events/s and microseconds per packet; cpp/numpy = ratio of the
+two rates (same machine, same run). Times are the thread's CPU time (time.thread_time), which
+on an idle machine equals wall time and on a shared one is not inflated by waiting for a core.
+Single thread (torch.set_num_threads(1)).
 """
 
 import argparse
@@ -36,6 +38,7 @@ import pathlib
 import time
 
 import numpy as np
+import torch
 
 from veckm_flow_ros.decode import extension_available, PacketDecoder
 from veckm_flow_ros.events import EventArray
@@ -51,38 +54,61 @@ def parse_args():
                         help='events per synthetic stream (default 2e6)')
     parser.add_argument('--rate', type=float, default=20e6,
                         help='synthetic event rate in events/s (default 2e7)')
-    parser.add_argument('--repeats', type=int, default=5, help='passes per measurement')
+    parser.add_argument('--repeats', type=int, default=3, help='passes per measurement')
+    parser.add_argument('--encodings', nargs='+', default=['evt3', 'libcaer_cmp', 'libcaer',
+                                                            'mono'],
+                        help='encodings to measure')
     return parser.parse_args()
 
 
 def synthetic_events(count, rate_per_s, seed=0):
+    """Make uniformly random pixels, sorted times at 1 us resolution."""
     rng = np.random.default_rng(seed)
     t_ns = np.sort(rng.integers(0, int(count / rate_per_s * 1e9), count)) // 1000 * 1000
     return EventArray(t_ns, rng.integers(0, WIDTH, count), rng.integers(0, HEIGHT, count),
                       rng.integers(0, 2, count))
 
 
+def edge_events(count, rate_per_s, seed=1):
+    """Make runs of 4..24 neighbouring pixels of one row at one timestamp (90 % kept)."""
+    rng = np.random.default_rng(seed)
+    runs = count // 12
+    length = rng.integers(4, 25, runs)
+    t_ns = np.sort(rng.integers(0, int(count / rate_per_s * 1e9), runs)) // 1000 * 1000
+    x0 = rng.integers(0, WIDTH - 24, runs)
+    run = np.repeat(np.arange(runs), length)
+    within = np.arange(len(run)) - np.repeat(np.cumsum(length) - length, length)
+    keep = rng.random(len(run)) < 0.9
+    run, within = run[keep], within[keep]
+    events = EventArray(t_ns[run], x0[run] + within, rng.integers(0, HEIGHT, runs)[run],
+                        rng.integers(0, 2, runs)[run])
+    return sort_for_vectors(events)
+
+
 def sources(args):
-    """(name, encoding, [(data, time_base, width, height)], events expected) per source."""
+    """(name, encoding, [(data, time_base, width, height)]) per source."""
     if RECORDINGS.is_dir():
         from veckm_flow_ros.bag import read_event_messages
         for bag in sorted(path for path in RECORDINGS.iterdir() if path.is_dir()):
             messages = [item.msg for item in read_event_messages(bag)]
+            if messages[0].encoding not in args.encodings:
+                continue
             packets = [(np.ascontiguousarray(m.events), m.time_base, m.width, m.height)
                        for m in messages]
             yield f'real {bag.name}', messages[0].encoding, packets
-    events = synthetic_events(args.events, args.rate)
-    scenes = [('random', events), ('vectors', sort_for_vectors(
-        EventArray(events.t_ns // 100_000 * 100_000, events.x, events.y // 8, events.p)))]
-    for encoding in ('evt3', 'libcaer_cmp', 'libcaer', 'mono'):
+            if messages[0].encoding == 'evt3':
+                whole = np.concatenate([p[0] for p in packets])
+                yield (f'real {bag.name} (one buffer)', 'evt3',
+                       [(whole, 0, messages[0].width, messages[0].height)])
+    scenes = [('random', synthetic_events(args.events, args.rate)),
+              ('edges', edge_events(args.events, args.rate))]
+    for encoding in args.encodings:
         for scene_name, scene in scenes:
-            if scene_name == 'vectors' and encoding != 'evt3':
-                continue
             for duration_ms in (1, 50):
                 encoded = encode_packets(scene, encoding, packet_duration_ns=duration_ms * 10**6)
                 packets = [(np.frombuffer(p.data, np.uint8), p.time_base, WIDTH, HEIGHT)
                            for p in encoded]
-                yield f'synthetic {scene_name} {duration_ms} ms', encoding, packets
+                yield f'synthetic {scene_name} {duration_ms} ms packets', encoding, packets
 
 
 def best_pass(packets, encoding, backend, repeats):
@@ -99,6 +125,7 @@ def best_pass(packets, encoding, backend, repeats):
 
 def main():
     args = parse_args()
+    torch.set_num_threads(1)
     backends = ['cpp', 'numpy'] if extension_available() else ['numpy']
     header = f'{"source":<44} {"encoding":<12} {"packets":>7} {"M events":>8} {"MB":>6}'
     for backend in backends:
