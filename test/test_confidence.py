@@ -1,0 +1,98 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Rotation-ensemble confidence and the evaluation library."""
+
+import numpy as np
+import pytest
+import torch
+
+from veckm_flow_ros import confidence, evaluate, ops, simulate, train
+from veckm_flow_ros.model import VecKMFlowModel
+
+
+def _random_model(seed=0, features=16, hidden=32):
+    generator = torch.Generator().manual_seed(seed)
+    freq = train.standard_frequencies(features, seed)
+    return VecKMFlowModel(
+        num_features=features, pixel_radius=3, tau_s=0.01, freq_t=freq[0], freq_x=freq[1],
+        freq_y=freq[2], w1=torch.randn(2 * features, hidden, generator=generator) * 0.3,
+        w2=torch.randn(hidden, hidden, generator=generator) * 0.3,
+        w3=torch.randn(hidden, 2, generator=generator) * 0.3, flow_scale_px_s=60.0,
+        metadata={'name': 'random'})
+
+
+@pytest.fixture(scope='module')
+def small_sequence():
+    scene = simulate.make_scene('translation', 'checker', seed=3, width=64, height=48,
+                                speed_px_s=200.0)
+    return simulate.simulate(scene, 0.05, seed=3)
+
+
+def test_agreement_known_values():
+    same = torch.tensor([[[3.0, 4.0]]] * 4)
+    assert float(confidence.agreement(same)[0]) == pytest.approx(1.0)
+    opposite = torch.tensor([[[1.0, 0.0]], [[-1.0, 0.0]], [[1.0, 0.0]], [[-1.0, 0.0]]])
+    assert float(confidence.agreement(opposite)[0]) == pytest.approx(0.0, abs=1e-6)
+    # Same direction, lengths 1 and 3: spread = std/mean = 1/2.
+    lengths = torch.tensor([[[1.0, 0.0]], [[3.0, 0.0]]])
+    assert float(confidence.agreement(lengths)[0]) == pytest.approx(np.exp(-0.5), rel=1e-5)
+    zero = torch.tensor([[[0.0, 0.0]], [[1.0, 0.0]]])
+    assert float(confidence.agreement(zero)[0]) == 0.0
+
+
+def test_plain_flow_is_unchanged_and_confidence_in_range(small_sequence):
+    model = _random_model()
+    events = small_sequence.events
+    t_ns = torch.from_numpy(events.t_ns)
+    x = torch.from_numpy(events.x.astype(np.int32))
+    y = torch.from_numpy(events.y.astype(np.int32))
+    targets = torch.arange(0, len(events), 5)
+    flow, score = confidence.predict_with_confidence(model, t_ns, x, y, targets, 64, 48)
+    features, _ = ops.encode(t_ns, x, y, targets, 64, 48, model.freq_t, model.freq_x,
+                             model.freq_y, model.tau_s, model.pixel_radius)
+    torch.testing.assert_close(flow, model.predict_flow_px_s(features))
+    assert score.shape == (len(targets),) and score.dtype == torch.float32
+    assert float(score.min()) >= 0.0 and float(score.max()) <= 1.0
+    assert float(score.std()) > 0.0
+    with pytest.raises(ValueError, match='num_rotations'):
+        confidence.ensemble_flows(model, t_ns, x, y, targets, 64, 48, num_rotations=5)
+
+
+def test_evaluate_report_curve_and_plot(small_sequence, tmp_path):
+    model = _random_model()
+    methods = {'random': evaluate.model_method(model, with_confidence=True),
+               'plane fit': evaluate.planefit_method()}
+    report = evaluate.evaluate(methods, {'seq': small_sequence})
+    overall = report.overall()
+    assert overall['random']['coverage'] > 0.99
+    assert 0.0 < overall['plane fit']['coverage'] < 1.0
+    table = report.table(per_sequence=True)
+    assert 'random' in table and 'plane fit' in table and 'seq' in table
+    flow, score, gt = report.pooled('random')
+    assert flow.shape == gt.shape and score.shape == (len(gt),)
+    rows = evaluate.confidence_curve(flow, score, gt, keep_fractions=(1.0, 0.5))
+    assert rows[0]['events'] == overall['random']['events']
+    assert rows[1]['events'] == pytest.approx(rows[0]['events'] / 2, abs=1)
+    assert rows[1]['min_confidence'] >= rows[0]['min_confidence']
+    path = tmp_path / 'speed.png'
+    evaluate.plot_error_vs_speed(report, path)
+    assert path.stat().st_size > 1000
+
+
+def test_heldout_specs_avoid_training_combinations():
+    for spec in evaluate.heldout_specs(12):
+        assert (spec['texture'] in simulate.HELDOUT_TEXTURES
+                or spec['motion'] in simulate.HELDOUT_MOTIONS)
+        assert spec['seed'] >= evaluate.HELDOUT_SEED

@@ -1,0 +1,89 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Per-flow confidence from a rotation ensemble.
+
+The model sees each neighbourhood again rotated by 90, 180 and 270 degrees. Rotating the
+event cloud by a symmetry G of the square is exactly the same as encoding the unrotated
+events with the frequency vectors G^T (X, Y) (the pixel lattice and the square window map
+onto themselves), so no event is moved. Each prediction is rotated back with G^T; a model
+that has understood the neighbourhood predicts the same flow for all copies. The agreement of
+the K back-rotated flows n_k gives the confidence in [0, 1]:
+
+    direction = | mean_k n_k / |n_k| |            (mean resultant length; 1 = all parallel)
+    magnitude = exp(-std_k |n_k| / mean_k |n_k|)  (1 = equal lengths)
+    confidence = direction * magnitude
+
+Cost: K encodings instead of one (K = 4 by default).
+"""
+
+from typing import Tuple
+
+import torch
+
+from veckm_flow_ros import ops
+from veckm_flow_ros.model import VecKMFlowModel
+
+# Rotations by 0, 90, 180, 270 degrees in image coordinates (x right, y down).
+ROTATIONS = (((1, 0), (0, 1)), ((0, -1), (1, 0)), ((-1, 0), (0, -1)), ((0, 1), (-1, 0)))
+
+
+def ensemble_flows(model: VecKMFlowModel, t_ns, x, y, target_index, width: int, height: int,
+                   num_rotations: int = 4) -> torch.Tensor:
+    """
+    Flows of the rotated copies, rotated back: float32 [K, M, 2] in px/s.
+
+    Arguments as for ops.encode (t_ns int64 [N], x, y int32 [N], target_index int64 [M], on
+    the model's device). Copy 0 is the plain prediction of the model.
+    """
+    if not 1 <= num_rotations <= len(ROTATIONS):
+        raise ValueError(f'num_rotations must be in 1..{len(ROTATIONS)}, got {num_rotations}')
+    flows = []
+    for matrix in ROTATIONS[:num_rotations]:
+        g = torch.tensor(matrix, dtype=torch.float32, device=model.freq_x.device)
+        rotated = g.T @ torch.stack([model.freq_x, model.freq_y], 0)
+        features, _ = ops.encode(t_ns, x, y, target_index, width, height, model.freq_t,
+                                 rotated[0].contiguous(), rotated[1].contiguous(),
+                                 model.tau_s, model.pixel_radius)
+        flow = model.predict_flow_px_s(features)
+        flows.append(flow @ g)  # G^T applied to each row vector: (G^T n)^T = n^T G
+    return torch.stack(flows, 0)
+
+
+def agreement(flows: torch.Tensor) -> torch.Tensor:
+    """Confidence float32 [M] in [0, 1] from back-rotated flows [K, M, 2] (see module doc)."""
+    norm = torch.linalg.norm(flows, dim=2)
+    unit = flows / norm.clamp(min=1e-12)[..., None]
+    direction = torch.linalg.norm(unit.mean(0), dim=1)
+    mean_norm = norm.mean(0)
+    spread = norm.std(0, unbiased=False) / mean_norm.clamp(min=1e-12)
+    confidence = direction * torch.exp(-spread)
+    # A zero flow in any copy has no direction: no confidence.
+    confidence = torch.where((norm > 0).all(0), confidence, torch.zeros_like(confidence))
+    return confidence.clamp(0.0, 1.0).to(torch.float32)
+
+
+def predict_with_confidence(model: VecKMFlowModel, t_ns, x, y, target_index, width: int,
+                            height: int, num_rotations: int = 4
+                            ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """
+    Return (flow float32 [M, 2] px/s, confidence float32 [M] in [0, 1]).
+
+    The flow is the model's plain prediction (identical to running without confidence); the
+    confidence is the agreement of the rotation ensemble. Drop-in for the estimator's
+    encode + MLP step.
+    """
+    flows = ensemble_flows(model, t_ns, x, y, target_index, width, height, num_rotations)
+    return flows[0], agreement(flows)

@@ -1,0 +1,295 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Evaluate normal-flow methods on sequences with ground truth (library for `veckm-flow evaluate`).
+
+    sequences = heldout_sequences()                      # or sequences.load_sequence(path)
+    methods = {'ours': model_method(load_model()), 'plane fit': planefit_method()}
+    report = evaluate(methods, sequences)
+    print(report.table())
+    plot_error_vs_speed(report, 'speed.png')
+    confidence_curve(report.predictions['ours'], ...)
+
+A method is a callable sequence -> Prediction (flow (N, 2) px/s, NaN where none; optional
+confidence (N,)). Models run through NormalFlowEstimator, the same code path as the node.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from veckm_flow_ros import metrics, simulate
+from veckm_flow_ros.simulate import SimulatedSequence
+
+HELDOUT_SEED = 900_000
+
+
+@dataclass
+class Prediction:
+    """flow_px_s float32 (N, 2), NaN where the method gave no flow; confidence (N,) or None."""
+
+    flow_px_s: np.ndarray
+    confidence: Optional[np.ndarray] = None
+
+
+Method = Callable[[SimulatedSequence], Prediction]
+
+
+def model_method(model, block_s: float = 0.005, with_confidence: bool = False,
+                 num_rotations: int = 4, device: str = 'cpu') -> Method:
+    """Return a method that runs `model` through NormalFlowEstimator on all events."""
+    def run(sequence: SimulatedSequence) -> Prediction:
+        return predict_with_estimator(model, sequence, block_s, with_confidence, num_rotations,
+                                      device)
+    return run
+
+
+def planefit_method(**params) -> Method:
+    """Return a method that runs planefit.plane_fit_flow(events, width, height, **params)."""
+    from veckm_flow_ros import planefit
+
+    def run(sequence: SimulatedSequence) -> Prediction:
+        return Prediction(planefit.plane_fit_flow(sequence.events, sequence.width,
+                                                  sequence.height, **params))
+    return run
+
+
+def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 0.005,
+                           with_confidence: bool = False, num_rotations: int = 4,
+                           device: str = 'cpu') -> Prediction:
+    """Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator."""
+    from veckm_flow_ros.estimator import FlowBlock
+    estimator_class = _confidence_estimator_class() if with_confidence else None
+    if estimator_class is None:
+        from veckm_flow_ros.estimator import NormalFlowEstimator as estimator_class
+    estimator = estimator_class(model, sequence.width, sequence.height, device=device,
+                                block_s=block_s)
+    if with_confidence:
+        estimator.num_rotations = num_rotations
+    blocks = estimator.push(sequence.events) + estimator.flush()
+    block = FlowBlock.concatenate(blocks)
+    n = len(sequence.events)
+    flow = np.full((n, 2), np.nan, np.float32)
+    valid = np.ones(len(block), bool) if block.valid is None else block.valid
+    index = block.event_index[valid]
+    flow[index, 0] = block.u_px_s[valid]
+    flow[index, 1] = block.v_px_s[valid]
+    confidence = None
+    if block.confidence is not None:
+        confidence = np.zeros(n, np.float32)
+        confidence[index] = block.confidence[valid]
+    return Prediction(flow, confidence)
+
+
+def _confidence_estimator_class():
+    """
+    Return a NormalFlowEstimator subclass whose blocks carry the ensemble confidence.
+
+    Until the estimator has its own confidence option, this subclass swaps its encode + MLP
+    step for confidence.predict_with_confidence (same flows, plus a confidence per flow).
+    """
+    import torch
+
+    from veckm_flow_ros import confidence
+    from veckm_flow_ros.estimator import NormalFlowEstimator
+
+    class ConfidenceEstimator(NormalFlowEstimator):
+        num_rotations = 4
+
+        def _encode_and_predict(self, context, targets):
+            model, device = self.model, self.device
+            t_ns = torch.from_numpy(context.t_ns).to(device)
+            x = torch.from_numpy(context.x.astype(np.int32)).to(device)
+            y = torch.from_numpy(context.y.astype(np.int32)).to(device)
+            target_index = torch.from_numpy(np.ascontiguousarray(targets, np.int64)).to(device)
+            flow, score = confidence.predict_with_confidence(
+                model, t_ns, x, y, target_index, self.width, self.height, self.num_rotations)
+            self._last_confidence = score.cpu().numpy()
+            return flow
+
+        def _compute_block(self, *args, **kwargs):
+            block = super()._compute_block(*args, **kwargs)
+            if block is not None:
+                block.confidence = self._last_confidence
+            return block
+
+    return ConfidenceEstimator
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+
+
+def heldout_specs(count: int = 12) -> List[dict]:
+    """
+    Scenes never used in training: held-out textures under every motion, held-out motion.
+
+    Returns dicts of make_scene arguments (motion, texture, seed); seeds start at
+    HELDOUT_SEED, far from the training seeds.
+    """
+    specs = []
+    motions = simulate.MOTIONS
+    for index in range(count):
+        if index % 3 == 2:
+            # The held-out motion (affine) with a training texture.
+            texture = simulate.TRAIN_TEXTURES[(index // 3) % len(simulate.TRAIN_TEXTURES)]
+            motion = simulate.HELDOUT_MOTIONS[0]
+        else:
+            texture = simulate.HELDOUT_TEXTURES[index % len(simulate.HELDOUT_TEXTURES)]
+            motion = motions[(index // 2) % len(motions)]
+        specs.append({'motion': motion, 'texture': texture, 'seed': HELDOUT_SEED + index})
+    return specs
+
+
+def heldout_sequences(count: int = 12, width: int = 346, height: int = 260,
+                      duration_s: float = 0.15) -> Dict[str, SimulatedSequence]:
+    """Simulate the held-out set (DAVIS346 size by default): {name: sequence}."""
+    result = {}
+    for spec in heldout_specs(count):
+        scene = simulate.make_scene(spec['motion'], spec['texture'], seed=spec['seed'],
+                                    width=width, height=height)
+        name = f'{spec["motion"]}-{spec["texture"]}-{spec["seed"] - HELDOUT_SEED}'
+        result[name] = simulate.simulate(scene, duration_s, seed=spec['seed'])
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring
+
+
+@dataclass
+class Report:
+    """Per-method metrics and the per-event predictions they came from."""
+
+    accumulators: Dict[str, metrics.MetricsAccumulator] = field(default_factory=dict)
+    predictions: Dict[str, Dict[str, Prediction]] = field(default_factory=dict)
+    ground_truth: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    def overall(self) -> Dict[str, Dict[str, float]]:
+        return {name: acc.overall() for name, acc in self.accumulators.items()}
+
+    def sequence_mean(self) -> Dict[str, Dict[str, float]]:
+        """Unweighted mean over sequences of each metric (dense scenes count once)."""
+        result = {}
+        for name, acc in self.accumulators.items():
+            rows = list(acc.per_sequence().values())
+            result[name] = {key: float(np.nanmean([row[key] for row in rows]))
+                            for key in metrics.METRIC_NAMES if key != 'events'}
+            result[name]['events'] = int(sum(row['events'] for row in rows))
+        return result
+
+    def table(self, per_sequence: bool = False) -> str:
+        text = [metrics.format_table(self.overall(), title='method (pooled events)'), '',
+                metrics.format_table(self.sequence_mean(), title='method (sequence mean)')]
+        if per_sequence:
+            for name, acc in self.accumulators.items():
+                text.append('')
+                text.append(metrics.format_table(acc.per_sequence(), title=name))
+        return '\n'.join(text)
+
+    def pooled(self, method: str):
+        """Concatenated (flow (N, 2), confidence (N,) or None, ground truth (N, 2))."""
+        names = list(self.ground_truth)
+        flow = np.concatenate([self.predictions[method][n].flow_px_s for n in names])
+        gt = np.concatenate([self.ground_truth[n] for n in names])
+        parts = [self.predictions[method][n].confidence for n in names]
+        confidence = None if any(p is None for p in parts) else np.concatenate(parts)
+        return flow, confidence, gt
+
+
+def evaluate(methods: Dict[str, Method], sequences: Dict[str, SimulatedSequence],
+             log: Optional[Callable[[str], None]] = None) -> Report:
+    """Run every method on every sequence and score it (noise events are not scored)."""
+    report = Report()
+    for seq_name, sequence in sequences.items():
+        report.ground_truth[seq_name] = sequence.flow_px_s
+        for method_name, method in methods.items():
+            prediction = method(sequence)
+            report.predictions.setdefault(method_name, {})[seq_name] = prediction
+            report.accumulators.setdefault(method_name, metrics.MetricsAccumulator()).add(
+                seq_name, prediction.flow_px_s, sequence.flow_px_s)
+            if log is not None:
+                row = report.accumulators[method_name].per_sequence()[seq_name]
+                log(f'{seq_name:<28} {method_name:<18} %Pos {100 * row["pos"]:6.2f}  '
+                    f'relPEE {100 * row["rel_pee"]:7.2f}%  cover {100 * row["coverage"]:6.2f}')
+    return report
+
+
+def confidence_curve(flow_px_s, confidence, gt_px_s,
+                     keep_fractions: Sequence[float] = (1.0, 0.9, 0.75, 0.5, 0.25, 0.1)
+                     ) -> List[dict]:
+    """
+    Metrics of the most confident flows: one row per kept fraction of the scored events.
+
+    Events are ranked by confidence among those with ground truth and a valid flow; each row
+    is flow_metrics over the top `keep` fraction plus {'keep': keep}.
+    """
+    errors = metrics.per_event_errors(flow_px_s, gt_px_s)
+    candidates = np.flatnonzero(errors['valid'])
+    order = candidates[np.argsort(-np.asarray(confidence)[candidates], kind='stable')]
+    rows = []
+    for keep in keep_fractions:
+        mask = np.zeros(len(gt_px_s), bool)
+        mask[order[:max(1, int(round(keep * len(order))))]] = True
+        row = metrics.flow_metrics(flow_px_s, gt_px_s, mask)
+        row['keep'] = keep
+        row['min_confidence'] = float(np.min(np.asarray(confidence)[mask])) if mask.any() \
+            else float('nan')
+        rows.append(row)
+    return rows
+
+
+def speed_bins(report: Report, edges_px_s=None) -> Dict[str, List[dict]]:
+    """Per method, metrics in bins of ground-truth speed: {method: [row with lo, hi, ...]}."""
+    if edges_px_s is None:
+        edges_px_s = np.geomspace(10, 10000, 13)
+    result = {}
+    for method in report.predictions:
+        flow, _, gt = report.pooled(method)
+        speed = np.hypot(gt[:, 0], gt[:, 1])
+        rows = []
+        for lo, hi in zip(edges_px_s[:-1], edges_px_s[1:]):
+            row = metrics.flow_metrics(flow, gt, (speed >= lo) & (speed < hi))
+            row.update(lo=float(lo), hi=float(hi))
+            rows.append(row)
+        result[method] = rows
+    return result
+
+
+def plot_error_vs_speed(report: Report, path, title: str = '') -> None:
+    """Write a PNG: relative PEE and %Pos against ground-truth speed, one line per method."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    bins = speed_bins(report)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
+    for method, rows in bins.items():
+        rows = [row for row in rows if row['events'] >= 50]
+        centre = [np.sqrt(row['lo'] * row['hi']) for row in rows]
+        top.plot(centre, [100 * row['rel_pee'] for row in rows], marker='o', label=method)
+        bottom.plot(centre, [100 * row['pos'] for row in rows], marker='o', label=method)
+    top.set_ylabel('relative PEE [%]')
+    bottom.set_ylabel('%Pos')
+    bottom.set_xlabel('ground-truth speed |u| [px/s]')
+    bottom.set_xscale('log')
+    top.legend()
+    top.grid(True, which='both', alpha=0.3)
+    bottom.grid(True, which='both', alpha=0.3)
+    if title:
+        top.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
