@@ -138,3 +138,19 @@ def test_side_by_side_and_comparison():
     assert comparison.shape[1] == 2 * 100 + 4
     with pytest.raises(ValueError):
         visualize.side_by_side([])
+
+
+def test_zoom_scales_pictures_but_not_speeds():
+    image = visualize.render_flow_image([10], [5], [50], [0], 40, 20, max_speed_px_s=50,
+                                        legend=False, zoom=3)
+    assert image.shape == (60, 120, 3)
+    lit = np.argwhere(image.any(axis=2))
+    assert lit.min(axis=0).tolist() == [15, 30] and lit.max(axis=0).tolist() == [17, 32]
+    arrows = visualize.render_arrow_image([], [], [], np.full(5, 24.0), np.full(5, 24.0),
+                                          np.full(5, 100.0), np.zeros(5), 64, 48,
+                                          max_speed_px_s=100, zoom=2)
+    assert arrows.shape == (96, 128, 3)
+    row = arrows[49, :, 2]  # through the arrow's start at pixel centre (24.5 * 2)
+    assert (row[52:80] > 100).any() and not (row[:45] > 100).any()
+    with pytest.raises(ValueError, match='zoom'):
+        visualize.render_flow_image([], [], [], [], 8, 8, 1.0, zoom=0)

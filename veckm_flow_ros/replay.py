@@ -262,6 +262,11 @@ class FlowBagOutput:
         self._writer.close()
 
 
+def picture_zoom(width: int) -> int:
+    """Upscaling of the video / PNG pictures: 2 for sensors narrower than 480 px, else 1."""
+    return 2 if width < 480 else 1
+
+
 class FramePainter:
     """
     Cut events and flows into frames of sensor time and hand the pictures to the outputs.
@@ -275,6 +280,7 @@ class FramePainter:
         self.period_ns = int(period_ns)
         self.max_speed_px_s = max_speed_px_s
         self.cell_px = cell_px
+        self.zoom = picture_zoom(width)
         self.on_frame = on_frame  # callable(index, frame_end_ns, flow_image, panel_image)
         self.frame_start_ns = None
         self.first_start_ns = None
@@ -329,10 +335,10 @@ class FramePainter:
         flow_image = visualize.render_flow_image(x, y, u, v, self.width, self.height,
                                                  max_speed)
         flow_dots = visualize.render_flow_image(x, y, u, v, self.width, self.height,
-                                                max_speed, dot_radius_px=1)
+                                                max_speed, dot_radius_px=1, zoom=self.zoom)
         arrows = visualize.render_arrow_image(
             frame_events.x, frame_events.y, frame_events.p, x, y, u, v, self.width,
-            self.height, max_speed, cell_px=self.cell_px)
+            self.height, max_speed, cell_px=self.cell_px, zoom=self.zoom)
         label = f't = {(start - self.first_start_ns) * 1e-9:.3f} s'
         panel = visualize.side_by_side([(f'events + flow arrows, {label}', arrows),
                                         ('normal flow', flow_dots)])

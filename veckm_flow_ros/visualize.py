@@ -118,9 +118,9 @@ def mean_flow_per_pixel(x, y, u_px_s, v_px_s, width: int, height: int):
 
 def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
                       max_speed_px_s: float = None, legend: bool = True,
-                      dot_radius_px: int = 0) -> np.ndarray:
+                      dot_radius_px: int = 0, zoom: int = 1) -> np.ndarray:
     """
-    Colour-wheel image of per-event flow: uint8 (height, width, 3) BGR.
+    Colour-wheel image of per-event flow: uint8 (height*zoom, width*zoom, 3) BGR.
 
     x, y: pixel coordinates (M,) (any numeric dtype; rounded); u_px_s, v_px_s: flow (M,) in
     px/s. Flows on the same pixel are averaged. max_speed_px_s: speed shown at full
@@ -128,6 +128,8 @@ def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
     without flow are black. legend: draw the colour wheel and the max-speed label.
     dot_radius_px: also paint the empty pixels up to this many pixels away (a square) with
     the colour of a neighbouring flow (sparse flows are easier to see; 0 = one pixel each).
+    zoom: integer upscaling of the picture (pixels become zoom x zoom squares; the legend is
+    drawn at the final size), for small sensors on screens.
     """
     _check_size(width, height)
     if max_speed_px_s is None:
@@ -147,9 +149,20 @@ def render_flow_image(x, y, u_px_s, v_px_s, width: int, height: int,
         grown = grown.reshape(-1).astype(np.int64)
         fill = (ids == 0) & (grown > 0)
         flat[fill] = colors[grown[fill] - 1]
+    image = _zoomed(image, zoom)
     if legend:
         draw_color_wheel_legend(image, max_speed_px_s)
     return image
+
+
+def _zoomed(image, zoom):
+    zoom = int(zoom)
+    if zoom < 1:
+        raise ValueError(f'zoom must be an integer >= 1, got {zoom}')
+    if zoom == 1:
+        return image
+    height, width = image.shape[:2]
+    return cv2.resize(image, (width * zoom, height * zoom), interpolation=cv2.INTER_NEAREST)
 
 
 @functools.lru_cache(maxsize=16)
@@ -225,7 +238,7 @@ def accumulate_event_image(x, y, p, width: int, height: int) -> np.ndarray:
 
 def draw_flow_arrows(image: np.ndarray, x, y, u_px_s, v_px_s, max_speed_px_s: float = None,
                      cell_px: int = 16, min_flows_per_cell: int = 3,
-                     scale_bar: bool = True) -> np.ndarray:
+                     scale_bar: bool = True, zoom: int = 1) -> np.ndarray:
     """
     Draw subsampled flow arrows on a copy of `image` (e.g. accumulate_event_image) and return it.
 
@@ -234,8 +247,11 @@ def draw_flow_arrows(image: np.ndarray, x, y, u_px_s, v_px_s, max_speed_px_s: fl
     by the colour wheel at full brightness. Length ∝ speed: an arrow of max_speed_px_s is
     cell_px long (longer flows are clipped at 1.5 cells). A scale bar of max_speed_px_s is
     drawn in the bottom-left corner. max_speed_px_s None: auto (see auto_max_speed_px_s).
+    zoom: the image is the sensor picture upscaled zoom times (x, y, cell_px and the flows
+    are in sensor pixels; arrows are drawn zoom times larger).
     """
-    height, width = image.shape[:2]
+    zoom = int(zoom)
+    height, width = image.shape[0] // zoom, image.shape[1] // zoom
     out = image.copy()
     if max_speed_px_s is None:
         max_speed_px_s = auto_max_speed_px_s(u_px_s, v_px_s)
@@ -257,8 +273,8 @@ def draw_flow_arrows(image: np.ndarray, x, y, u_px_s, v_px_s, max_speed_px_s: fl
         mean = [np.bincount(cell, weights=w, minlength=size)[chosen] / n for w in (xf, yf, u, v)]
         cx, cy, cu, cv = mean
         colors = _full_brightness_colors(cu, cv)
-        pixels_per_speed = cell_px / max_speed_px_s
-        max_length = 1.5 * cell_px
+        pixels_per_speed = zoom * cell_px / max_speed_px_s
+        max_length = 1.5 * zoom * cell_px
         for i in range(chosen.size):
             dx, dy = cu[i] * pixels_per_speed, cv[i] * pixels_per_speed
             length = math.hypot(dx, dy)
@@ -266,21 +282,28 @@ def draw_flow_arrows(image: np.ndarray, x, y, u_px_s, v_px_s, max_speed_px_s: fl
                 continue
             if length > max_length:
                 dx, dy = dx * max_length / length, dy * max_length / length
-            start = (int(round(cx[i])), int(round(cy[i])))
-            end = (int(round(cx[i] + dx)), int(round(cy[i] + dy)))
+            # Pixel centres: sensor pixel x covers [x, x + 1) * zoom in the picture.
+            start_x, start_y = (cx[i] + 0.5) * zoom, (cy[i] + 0.5) * zoom
+            start = (int(round(start_x)), int(round(start_y)))
+            end = (int(round(start_x + dx)), int(round(start_y + dy)))
             cv2.arrowedLine(out, start, end, tuple(int(c) for c in colors[i]), 1, cv2.LINE_AA,
                             tipLength=0.3)
     if scale_bar:
-        _draw_scale_bar(out, cell_px, max_speed_px_s)
+        _draw_scale_bar(out, zoom * cell_px, max_speed_px_s)
     return out
 
 
 def render_arrow_image(x, y, p, flow_x, flow_y, u_px_s, v_px_s, width: int, height: int,
-                       max_speed_px_s: float = None, cell_px: int = 16) -> np.ndarray:
-    """Accumulated image of events (x, y, p) with arrows of the flows (flow_x, flow_y, u, v)."""
-    background = accumulate_event_image(x, y, p, width, height)
+                       max_speed_px_s: float = None, cell_px: int = 16,
+                       zoom: int = 1) -> np.ndarray:
+    """
+    Accumulated image of events (x, y, p) with arrows of the flows (flow_x, flow_y, u, v).
+
+    Returns uint8 (height*zoom, width*zoom, 3) BGR; see draw_flow_arrows.
+    """
+    background = _zoomed(accumulate_event_image(x, y, p, width, height), zoom)
     return draw_flow_arrows(background, flow_x, flow_y, u_px_s, v_px_s, max_speed_px_s,
-                            cell_px=cell_px)
+                            cell_px=cell_px, zoom=zoom)
 
 
 def side_by_side(panels, gap_px: int = 4) -> np.ndarray:

@@ -166,27 +166,26 @@ def draw_comparison(sequence, flows, path: pathlib.Path) -> str:
     import numpy as np
 
     from veckm_flow_ros import visualize
+    from veckm_flow_ros.replay import picture_zoom
     t_ns = flows['t_ns']
-    truth = _truth_of_flows(sequence, flows)
-    if len(t_ns):
-        middle = int(np.median(t_ns))
-        window = (t_ns >= middle - 20_000_000) & (t_ns < middle + 20_000_000)
-    else:
-        window = np.zeros(0, bool)
+    middle = int(np.median(t_ns)) if len(t_ns) else 0
+    start, end = middle - 20_000_000, middle + 20_000_000
+    window = (t_ns >= start) & (t_ns < end)
+    truth = _truth_of_flows(sequence, flows)[window]
     x, y = flows['x'][window], flows['y'][window]
-    max_speed = visualize.auto_max_speed_px_s(truth[window, 0], truth[window, 1])
-    predicted = visualize.render_flow_image(x, y, flows['u_px_s'][window],
-                                            flows['v_px_s'][window], sequence.width,
-                                            sequence.height, max_speed, dot_radius_px=1)
-    gt = visualize.render_flow_image(x, y, truth[window, 0], truth[window, 1], sequence.width,
-                                     sequence.height, max_speed, dot_radius_px=1)
+    u, v = flows['u_px_s'][window], flows['v_px_s'][window]
+    width, height = sequence.width, sequence.height
+    zoom = picture_zoom(width)
+    max_speed = visualize.auto_max_speed_px_s(truth[:, 0], truth[:, 1])
+    predicted = visualize.render_flow_image(x, y, u, v, width, height, max_speed,
+                                            dot_radius_px=1, zoom=zoom)
+    gt = visualize.render_flow_image(x, y, truth[:, 0], truth[:, 1], width, height, max_speed,
+                                     dot_radius_px=1, zoom=zoom)
     events = sequence.events
-    in_window = (events.t_ns >= (middle - 20_000_000 if len(t_ns) else 0)) & (
-        events.t_ns < (middle + 20_000_000 if len(t_ns) else 0))
-    arrows = visualize.render_arrow_image(
-        events.x[in_window], events.y[in_window], events.p[in_window], x, y,
-        flows['u_px_s'][window], flows['v_px_s'][window], sequence.width, sequence.height,
-        max_speed)
+    in_window = (events.t_ns >= start) & (events.t_ns < end)
+    arrows = visualize.render_arrow_image(events.x[in_window], events.y[in_window],
+                                          events.p[in_window], x, y, u, v, width, height,
+                                          max_speed, zoom=zoom)
     image = visualize.side_by_side([('events + predicted arrows', arrows),
                                     ('predicted normal flow', predicted),
                                     ('ground-truth optical flow', gt)])
