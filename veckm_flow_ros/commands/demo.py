@@ -193,14 +193,21 @@ def draw_comparison(sequence, flows, path: pathlib.Path) -> str:
     return str(path)
 
 
-def draw_error_vs_speed(sequence, flows, path: pathlib.Path):
-    """Plot the replayed flows' error against ground-truth speed (as `evaluate --plot`)."""
+def draw_error_vs_speed(sequence, flows, path: pathlib.Path) -> str:
+    """Plot the replayed flows' error against ground-truth speed (evaluate.py's plot)."""
     import numpy as np
 
-    from veckm_flow_ros.commands.evaluate import plot_error_vs_speed
+    from veckm_flow_ros import evaluate, metrics
     truth = _truth_of_flows(sequence, flows)
     predicted = np.stack([flows['u_px_s'], flows['v_px_s']], 1)
-    return plot_error_vs_speed({'VecKM (replay)': (predicted, truth)}, path)
+    accumulator = metrics.MetricsAccumulator()
+    accumulator.add('demo_scene', predicted, truth)
+    report = evaluate.Report(accumulators={'VecKM (replay)': accumulator},
+                             predictions={'VecKM (replay)': {
+                                 'demo_scene': evaluate.Prediction(predicted)}},
+                             ground_truth={'demo_scene': truth})
+    evaluate.plot_error_vs_speed(report, path, title='demo_scene: replayed flows')
+    return str(path)
 
 
 def replay_real(bag_path: pathlib.Path, model, device, out_dir: pathlib.Path, progress):
