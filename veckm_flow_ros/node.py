@@ -65,6 +65,7 @@ from sensor_msgs.msg import Image, PointCloud2, PointField
 
 from veckm_flow_ros.flow_cloud import make_flow_points, pointcloud2_fields
 
+EXECUTABLE = 'veckm_flow_node'
 NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay bags
 
 # Minimal bytes per event of each encoding: the queue's event estimate is payload bytes / this,
@@ -655,7 +656,8 @@ class VecKMFlowNode(Node):
             'dropped packets (total)': str(totals['dropped_packets']),
             'bad packets (total)': str(totals['bad_packets']),
             'decode problems (total)': str(totals['decode_problems']),
-            'estimator resets (total)': str(totals['estimator_resets']),
+            'stream resets (total)': str(totals['estimator_resets']),
+            'estimator dropped events (total)': str(self._estimator_drops()),
             'flows (total)': str(totals['flows']),
         }
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: normal flow',
@@ -664,12 +666,18 @@ class VecKMFlowNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_pub.publish(array)
+        if period['packets'] == 0:
+            return  # idle: /diagnostics says so, the log stays quiet
         self.get_logger().info(
             f'{report["events_per_s"] / 1e6:.2f} M events/s in, '
             f'{report["flows_per_s"] / 1e6:.2f} M flows/s out, latency p50 '
             f'{report["latency_p50_ms"]:.1f} ms p99 {report["latency_p99_ms"]:.1f} ms; '
             f'seq gaps {totals["seq_gaps"]}, dropped packets {totals["dropped_packets"]}, '
             f'decode problems {totals["decode_problems"]}', throttle_duration_sec=5.0)
+
+    def _estimator_drops(self) -> int:
+        estimator = self.estimator
+        return sum(getattr(estimator, 'events_dropped', {}).values()) if estimator else 0
 
     # -- shutdown -----------------------------------------------------------------------------
 
@@ -711,23 +719,22 @@ def main(args=None):
     rclpy.init(args=args)
     node = None
     try:
-        try:
-            node = VecKMFlowNode()
-        except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
-            print(f'{NODE_NAME}: error: {error}', file=sys.stderr)
-            return 1
+        node = VecKMFlowNode()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        try:
-            executor.spin()
-        except (KeyboardInterrupt, ExternalShutdownException):
-            pass
-        return 0
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass  # Ctrl-C / SIGTERM, also while the model loads: a normal stop
+    except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
+        # Start-up problems (parameters, model): one line, no traceback.
+        print(f'{EXECUTABLE}: error: {error}', file=sys.stderr)
+        return 1
     finally:
         if node is not None:
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
+    return 0
 
 
 if __name__ == '__main__':
