@@ -1,0 +1,309 @@
+// Copyright 2026 The veckm_flow_ros Authors
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+// CUDA kernels of the VecKM encoding ops (schemas and checks: ../veckm_encode.cpp; math:
+// ../veckm_math.h, shared with the CPU kernel).
+//
+// Same decomposition and numerics as cpu/veckm_encode_cpu.cpp:
+//  1. group in-image events by pixel (sort on the pixel id): slots;
+//  2. Q_slot[k] = sum_events exp(i time phase) * exp(i pixel phase)   (float, one thread per
+//     (slot, k));
+//  3. box sum of Q over the (2r+1)^2 window of each target pixel, separable: float64 column
+//     sums for the rows holding targets (one thread per (row, x, k)), then float64 row sums at
+//     the target pixels (one thread per (target pixel, k)), normalised by sqrt(D)/C;
+//  4. per target event: times exp(-i its time phase).
+// Rows are processed in chunks that bound the float64 column-sum buffer.
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "../veckm_encode.h"
+#include "../veckm_math.h"
+
+namespace veckm_flow {
+namespace {
+
+constexpr int kThreads = 256;
+// Bound on the float64 column-sum buffer per chunk of target rows.
+constexpr int64_t kColumnSumBytes = int64_t{512} << 20;
+
+inline unsigned int blocks_for(int64_t items) {
+  return static_cast<unsigned int>((items + kThreads - 1) / kThreads);
+}
+
+__global__ void pixel_key_kernel(const int32_t* x, const int32_t* y, int64_t n, int64_t width,
+                                 int64_t height, int64_t* key) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  const bool inside = x[j] >= 0 && x[j] < width && y[j] >= 0 && y[j] < height;
+  key[j] = inside ? static_cast<int64_t>(y[j]) * width + x[j] : width * height;
+}
+
+__global__ void embed_slot_kernel(const int64_t* order, const int64_t* slot_start,
+                                  const int64_t* slot_key, int64_t num_slots,
+                                  const int64_t* t_ns, double inv_tau_ns, const float* freq_t,
+                                  const float* freq_x, const float* freq_y, double inv_radius,
+                                  int64_t width, int64_t d, float* slot_embed) {
+  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (item >= num_slots * d) return;
+  const int64_t slot = item / d;
+  const int64_t k = item % d;
+  const int64_t t_ref_ns = t_ns[0];
+  float re = 0.0f, im = 0.0f;
+  for (int64_t i = slot_start[slot]; i < slot_start[slot + 1]; ++i) {
+    float c, s;
+    unit_phasor(time_phase(relative_time_units(t_ns[order[i]], t_ref_ns, inv_tau_ns),
+                           freq_t[k]),
+                &c, &s);
+    re += c;
+    im += s;
+  }
+  const auto x = static_cast<int32_t>(slot_key[slot] % width);
+  const auto y = static_cast<int32_t>(slot_key[slot] / width);
+  float c, s;
+  unit_phasor(pixel_phase(x, y, freq_x[k], freq_y[k], inv_radius), &c, &s);
+  complex_multiply(&re, &im, c, s);
+  slot_embed[slot * 2 * d + k] = re;
+  slot_embed[slot * 2 * d + d + k] = im;
+}
+
+// Column sums over rows [row - r, row + r] for the target rows of this chunk.
+__global__ void column_sum_kernel(const int32_t* target_rows, int64_t rows_in_chunk,
+                                  const int32_t* slot_map, const float* slot_embed,
+                                  const int64_t* slot_count, int64_t width, int64_t height,
+                                  int64_t radius, int64_t d, double* column_sum,
+                                  int64_t* column_count) {
+  const int64_t channels = 2 * d;
+  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (item >= rows_in_chunk * width * channels) return;
+  const int64_t channel = item % channels;
+  const int64_t column = (item / channels) % width;
+  const int64_t row_index = item / (channels * width);
+  const int64_t row = target_rows[row_index];
+  const int64_t low = row - radius < 0 ? 0 : row - radius;
+  const int64_t high = row + radius > height - 1 ? height - 1 : row + radius;
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t r = low; r <= high; ++r) {
+    const int32_t slot = slot_map[r * width + column];
+    if (slot < 0) continue;
+    sum += static_cast<double>(slot_embed[slot * channels + channel]);
+    count += slot_count[slot];
+  }
+  column_sum[item] = sum;
+  if (channel == 0) column_count[row_index * width + column] = count;
+}
+
+// Row sums of the column sums at each target pixel of this chunk, normalised.
+__global__ void box_sum_kernel(const int64_t* target_slot_key, const int32_t* target_row_index,
+                               int64_t num_target_slots, int64_t chunk_begin, int64_t chunk_end,
+                               const double* column_sum, const int64_t* column_count,
+                               const float* freq_x, const float* freq_y, double inv_radius,
+                               int64_t width, int64_t radius, int64_t d, float* pooled,
+                               int32_t* pooled_count) {
+  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (item >= num_target_slots * d) return;
+  const int64_t target = item / d;
+  const int64_t k = item % d;
+  const int64_t row_index = target_row_index[target];
+  if (row_index < chunk_begin || row_index >= chunk_end) return;
+  const int64_t local_row = row_index - chunk_begin;
+  const auto x = static_cast<int32_t>(target_slot_key[target] % width);
+  const auto y = static_cast<int32_t>(target_slot_key[target] / width);
+  const int64_t low = x - radius < 0 ? 0 : x - radius;
+  const int64_t high = x + radius > width - 1 ? width - 1 : x + radius;
+  const int64_t channels = 2 * d;
+  double re = 0.0, im = 0.0;
+  int64_t count = 0;
+  for (int64_t column = low; column <= high; ++column) {
+    const double* sums = column_sum + (local_row * width + column) * channels;
+    re += sums[k];
+    im += sums[d + k];
+    count += column_count[local_row * width + column];
+  }
+  // count >= 1: the target pixel holds the target event itself.
+  const double scale = sqrt(static_cast<double>(d)) / static_cast<double>(count);
+  normalise_pooled(re, im, pixel_phase(x, y, freq_x[k], freq_y[k], inv_radius), scale,
+                   &pooled[target * channels + k], &pooled[target * channels + d + k]);
+  if (k == 0) pooled_count[target] = static_cast<int32_t>(count);
+}
+
+__global__ void finish_targets_kernel(const int64_t* target_index, const int64_t* target_compact,
+                                      int64_t m, const int64_t* t_ns, double inv_tau_ns,
+                                      const float* freq_t, int64_t d, const float* pooled,
+                                      const int32_t* pooled_count, float* features,
+                                      int32_t* count) {
+  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (item >= m * d) return;
+  const int64_t i = item / d;
+  const int64_t k = item % d;
+  const int64_t target = target_compact[i];
+  if (target < 0) return;  // outside the image: count 0, zero features (invalid)
+  const int64_t channels = 2 * d;
+  float c, s;
+  unit_phasor(time_phase(relative_time_units(t_ns[target_index[i]], t_ns[0], inv_tau_ns),
+                         freq_t[k]),
+              &c, &s);
+  float re = pooled[target * channels + k];
+  float im = pooled[target * channels + d + k];
+  complex_multiply(&re, &im, c, -s);
+  features[i * channels + k] = re;
+  features[i * channels + d + k] = im;
+  if (k == 0) count[i] = pooled_count[target];
+}
+
+std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const at::Tensor& x_in,
+                                               const at::Tensor& y_in,
+                                               const at::Tensor& target_index_in, int64_t width,
+                                               int64_t height, const at::Tensor& freq_t_in,
+                                               const at::Tensor& freq_x_in,
+                                               const at::Tensor& freq_y_in, double tau_s,
+                                               int64_t pixel_radius) {
+  check_encode_args(t_ns_in, x_in, y_in, target_index_in, width, height, freq_t_in, freq_x_in,
+                    freq_y_in, tau_s, pixel_radius);
+  TORCH_CHECK(t_ns_in.is_cuda(), "t_ns must be a CUDA tensor for the CUDA kernel");
+  const c10::cuda::CUDAGuard device_guard(t_ns_in.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t n = t_ns_in.numel();
+  const int64_t m = target_index_in.numel();
+  const int64_t d = freq_t_in.numel();
+  const int64_t channels = 2 * d;
+  const auto long_options = t_ns_in.options().dtype(at::kLong);
+  auto features = at::zeros({m, channels}, t_ns_in.options().dtype(at::kFloat));
+  auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
+  if (m == 0) return {features, count};
+  const auto target_index = target_index_in.contiguous();
+  TORCH_CHECK(n > 0 && target_index.min().item<int64_t>() >= 0 &&
+                  target_index.max().item<int64_t>() < n,
+              "target_index values must be event indices in [0, ", n, ")");
+
+  const auto t_ns = t_ns_in.contiguous();
+  const auto x = coordinates_as_int32(x_in);
+  const auto y = coordinates_as_int32(y_in);
+  const auto freq_t = freq_t_in.contiguous();
+  const auto freq_x = freq_x_in.contiguous();
+  const auto freq_y = freq_y_in.contiguous();
+  const double inv_tau_ns = 1e-9 / tau_s;
+  const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
+  const int64_t outside_key = width * height;
+
+  // 1. Slots: sort events by pixel id; out-of-image events sort last under outside_key.
+  auto key = at::empty({n}, long_options);
+  pixel_key_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      x.data_ptr<int32_t>(), y.data_ptr<int32_t>(), n, width, height, key.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto [sorted_key, order] = at::sort(key);
+  auto [unique_key, inverse, run_length] =
+      at::unique_consecutive(sorted_key, /*return_inverse=*/true, /*return_counts=*/true);
+  const bool has_outside = unique_key[-1].item<int64_t>() == outside_key;
+  const int64_t num_slots = unique_key.numel() - (has_outside ? 1 : 0);
+  // Slot of every event (the outside run, if any, maps to -1).
+  auto event_slot = at::empty({n}, long_options);
+  event_slot.index_put_({order}, at::where(inverse < num_slots, inverse, -1));
+  auto target_slot = event_slot.index_select(0, target_index);
+  if (num_slots == 0) return {features, count};
+  auto slot_key = unique_key.narrow(0, 0, num_slots).contiguous();
+  auto slot_count = run_length.narrow(0, 0, num_slots).contiguous();
+  auto slot_start = at::zeros({num_slots + 1}, long_options);
+  slot_start.narrow(0, 1, num_slots).copy_(at::cumsum(slot_count, 0));
+  order = order.contiguous();
+
+  // 2. Q per slot.
+  auto slot_embed = at::empty({num_slots, channels}, features.options());
+  embed_slot_kernel<<<blocks_for(num_slots * d), kThreads, 0, stream>>>(
+      order.data_ptr<int64_t>(), slot_start.data_ptr<int64_t>(), slot_key.data_ptr<int64_t>(),
+      num_slots, t_ns.data_ptr<int64_t>(), inv_tau_ns, freq_t.data_ptr<float>(),
+      freq_x.data_ptr<float>(), freq_y.data_ptr<float>(), inv_radius, width, d,
+      slot_embed.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto slot_map = at::full({height * width}, -1, t_ns.options().dtype(at::kInt));
+  slot_map.index_put_({slot_key}, at::arange(num_slots, long_options).to(at::kInt));
+
+  // Target pixels (unique slots holding targets) and the rows holding them.
+  auto valid_target = target_slot >= 0;
+  auto [target_slots, target_inverse] =
+      at::_unique(target_slot.masked_select(valid_target), /*sorted=*/true,
+                  /*return_inverse=*/true);
+  const int64_t num_target_slots = target_slots.numel();
+  if (num_target_slots == 0) return {features, count};
+  auto target_compact = at::full({m}, -1, long_options);
+  target_compact.masked_scatter_(valid_target, target_inverse);
+  auto target_slot_key = slot_key.index_select(0, target_slots).contiguous();
+  auto target_row = at::div(target_slot_key, width, "floor");
+  auto [target_rows, target_row_index] =
+      at::_unique(target_row, /*sorted=*/true, /*return_inverse=*/true);
+  target_rows = target_rows.to(at::kInt).contiguous();
+  target_row_index = target_row_index.to(at::kInt).contiguous();
+  const int64_t num_target_rows = target_rows.numel();
+
+  // 3. Box sums, in chunks of target rows.
+  auto pooled = at::empty({num_target_slots, channels}, features.options());
+  auto pooled_count = at::empty({num_target_slots}, count.options());
+  const int64_t row_bytes = width * channels * static_cast<int64_t>(sizeof(double));
+  const int64_t rows_per_chunk =
+      std::max<int64_t>(1, std::min<int64_t>(num_target_rows, kColumnSumBytes / row_bytes));
+  auto column_sum = at::empty({rows_per_chunk, width, channels},
+                              t_ns.options().dtype(at::kDouble));
+  auto column_count = at::empty({rows_per_chunk, width}, long_options);
+  for (int64_t chunk_begin = 0; chunk_begin < num_target_rows; chunk_begin += rows_per_chunk) {
+    const int64_t rows = std::min(rows_per_chunk, num_target_rows - chunk_begin);
+    column_sum_kernel<<<blocks_for(rows * width * channels), kThreads, 0, stream>>>(
+        target_rows.data_ptr<int32_t>() + chunk_begin, rows, slot_map.data_ptr<int32_t>(),
+        slot_embed.data_ptr<float>(), slot_count.data_ptr<int64_t>(), width, height,
+        pixel_radius, d, column_sum.data_ptr<double>(), column_count.data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    box_sum_kernel<<<blocks_for(num_target_slots * d), kThreads, 0, stream>>>(
+        target_slot_key.data_ptr<int64_t>(), target_row_index.data_ptr<int32_t>(),
+        num_target_slots, chunk_begin, chunk_begin + rows, column_sum.data_ptr<double>(),
+        column_count.data_ptr<int64_t>(), freq_x.data_ptr<float>(), freq_y.data_ptr<float>(),
+        inv_radius, width, pixel_radius, d, pooled.data_ptr<float>(),
+        pooled_count.data_ptr<int32_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  // 4. Per target event.
+  finish_targets_kernel<<<blocks_for(m * d), kThreads, 0, stream>>>(
+      target_index.data_ptr<int64_t>(), target_compact.data_ptr<int64_t>(), m,
+      t_ns.data_ptr<int64_t>(), inv_tau_ns, freq_t.data_ptr<float>(), d,
+      pooled.data_ptr<float>(), pooled_count.data_ptr<int32_t>(), features.data_ptr<float>(),
+      count.data_ptr<int32_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {features, count};
+}
+
+at::Tensor flow_mlp_cuda(const at::Tensor& features, const at::Tensor& w1, const at::Tensor& w2,
+                         const at::Tensor& w3, double flow_scale) {
+  check_flow_mlp_args(features, w1, w2, w3);
+  TORCH_CHECK(features.is_cuda(), "features must be a CUDA tensor for the CUDA kernel");
+  const c10::cuda::CUDAGuard device_guard(features.device());
+  if (features.size(0) == 0) return at::empty({0, 2}, features.options());
+  auto hidden = at::mm(features, w1).relu_();
+  hidden = at::mm(hidden, w2).relu_();
+  auto flow = at::mm(hidden, w3);
+  if (flow_scale != 1.0) flow.mul_(flow_scale);
+  return flow;
+}
+
+}  // namespace
+}  // namespace veckm_flow
+
+TORCH_LIBRARY_IMPL(veckm_flow, CUDA, m) {
+  m.impl("encode", &veckm_flow::encode_cuda);
+  m.impl("flow_mlp", &veckm_flow::flow_mlp_cuda);
+}
