@@ -57,6 +57,8 @@ def register(subparsers):
                              'recording (for tests)')
     parser.add_argument('--recordings', default=str(DEFAULT_RECORDINGS),
                         help='directory of the real recordings (skipped when absent)')
+    parser.add_argument('--threads', type=int, default=0,
+                        help='torch CPU threads (0: torch default)')
     parser.add_argument('--no-progress', action='store_true', help='no progress bars')
     parser.set_defaults(func=run)
 
@@ -64,8 +66,10 @@ def register(subparsers):
 def run(args) -> int:
     from veckm_flow_ros.model import load_model, ModelError
     from veckm_flow_ros.replay import load_flows_npz, replay_bag, ReplayOptions, ReplayOutputs
+    from veckm_flow_ros.commands.replay import set_threads
     from veckm_flow_ros.sequences import load_sequence
 
+    set_threads(args.threads)
     for path in (DEMO_BAG, DEMO_TRUTH):
         if not path.is_file():
             raise FileNotFoundError(f'the bundled demo recording {path} is missing; regenerate '

@@ -53,8 +53,20 @@ def register(subparsers):
     parser.add_argument('--max-speed', type=float, default=None, metavar='PX_S',
                         help='colour scale of the pictures [px/s] (default: from the first '
                              'frame with flows)')
+    parser.add_argument('--threads', type=int, default=0,
+                        help='torch CPU threads (0: torch default; 1 is often fastest on a '
+                             'busy machine)')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
+
+
+def set_threads(threads: int):
+    """Set torch's CPU thread count when threads > 0 (shared with the demo command)."""
+    if threads < 0:
+        raise ValueError(f'--threads must be >= 0, got {threads}')
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
 
 
 def options_from_args(args):
@@ -78,6 +90,7 @@ def run(args) -> int:
     from veckm_flow_ros.model import load_model
     from veckm_flow_ros.replay import replay_bag, ReplayOutputs
     options = options_from_args(args)
+    set_threads(args.threads)
     outputs = ReplayOutputs(bag=args.out, npz=args.npz, video=args.video,
                             png_dir=args.png_dir, bag_storage=args.storage)
     model = load_model(args.model)
