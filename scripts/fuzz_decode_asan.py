@@ -19,11 +19,12 @@ Fuzz the C++ EventPacket decoders under AddressSanitizer (and check them against
     ASAN=$(gcc -print-file-name=libasan.so)
     LD_PRELOAD=$ASAN ASAN_OPTIONS=detect_leaks=0 .venv/bin/python scripts/fuzz_decode_asan.py
 
-Builds csrc/module.cpp + csrc/decode.cpp + csrc/cpu/decode_cpu.cpp with -fsanitize=address
-(into build/asan_decode/, separate from the package's extension), then feeds the kernels
-random and mutated packets of every encoding: random bytes, odd lengths, valid streams from
-packets.py with flipped bits, truncated cuts, extreme width/height/time_base, and long vector
-words. Any out-of-bounds read or write aborts with an ASan report; every result is also
+Builds csrc/module.cpp + csrc/decode.cpp + csrc/cpu/decode_cpu.cpp with
+-fsanitize=address,undefined into a scratch directory outside the repository (--build-dir),
+then feeds the kernels random and mutated packets of every encoding: mutated packets of the
+real recordings (../shared/data/recordings, when present), random bytes, odd lengths, valid
+streams from packets.py with flipped bits, truncated cuts, extreme width/height/time_base,
+and long vector words. Any out-of-bounds read or write aborts with an ASan report; every result is also
 compared with the numpy reference. Without LD_PRELOAD the build still runs but ASan cannot
 start (the script says so and exits 2).
 """
@@ -32,6 +33,7 @@ import argparse
 import os
 import pathlib
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -42,11 +44,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SOURCES = ['csrc/module.cpp', 'csrc/decode.cpp', 'csrc/cpu/decode_cpu.cpp']
 
 
-def build():
+def build(build_dir: pathlib.Path):
     flags = ['-O1', '-g', '-fno-omit-frame-pointer', '-fsanitize=address,undefined',
              '-fno-sanitize-recover=all',
              '-std=c++17']
-    build_dir = ROOT / 'build' / 'asan_decode'
     build_dir.mkdir(parents=True, exist_ok=True)
     # The module is named _C (its PyInit__C); loaded as a top-level module it only registers
     # the torch ops, so the package's own _C must not be imported in this process.
@@ -76,6 +77,33 @@ def mutated_packets(rng, encoding):
         yield bytes(data[:cut]) if rng.random() < 0.2 else bytes(data), packet.time_base
 
 
+def real_packets():
+    """Return (encoding, data, time_base) of every message of the real recordings, if any."""
+    recordings = ROOT.parent / 'shared' / 'data' / 'recordings'
+    if not recordings.is_dir():
+        return []
+    from veckm_flow_ros.bag import read_event_messages
+    return [(item.msg.encoding, item.msg.events.tobytes(), int(item.msg.time_base))
+            for bag in sorted(p for p in recordings.iterdir() if p.is_dir())
+            for item in read_event_messages(bag)]
+
+
+def mutated_real_packets(rng, real, encoding):
+    """Yield a few consecutive real packets of `encoding`, with random bytes and cuts."""
+    candidates = [k for k, packet in enumerate(real) if packet[0] == encoding]
+    if not candidates:
+        return
+    start = candidates[int(rng.integers(0, len(candidates)))]
+    for _, data, time_base in real[start:start + int(rng.integers(1, 6))]:
+        data = bytearray(data)
+        for _ in range(int(rng.integers(0, 30))):
+            if data:
+                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+        if rng.random() < 0.3 and data:
+            del data[int(rng.integers(0, len(data))):]
+        yield bytes(data), time_base
+
+
 def random_packets(rng):
     size = int(rng.choice([0, 1, 2, 3, 7, 8, 9, 15, 16, 17, int(rng.integers(0, 20000))]))
     data = rng.integers(0, 256, size, dtype=np.uint8)
@@ -89,18 +117,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--seconds', type=float, default=60.0, help='fuzzing time budget')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--build-dir', type=pathlib.Path,
+                        default=pathlib.Path(tempfile.gettempdir()) / 'veckm_flow_asan_decode',
+                        help='scratch build directory (outside the repository)')
     args = parser.parse_args()
     if 'asan' not in os.environ.get('LD_PRELOAD', ''):
         print('run with LD_PRELOAD=$(gcc -print-file-name=libasan.so) '
               'ASAN_OPTIONS=detect_leaks=0 (see the module docstring)', file=sys.stderr)
         return 2
-    build()
+    build(args.build_dir)
     sys.path.insert(0, str(ROOT))
     from veckm_flow_ros import decode
     decode._EXTENSION[:] = [torch]  # the ASan-built ops are registered; skip the package's _C
     from veckm_flow_ros.decode import ENCODINGS, PacketDecoder
 
     rng = np.random.default_rng(args.seed)
+    real = real_packets()
     deadline = time.monotonic() + args.seconds
     counts = dict.fromkeys(ENCODINGS, 0)
     while time.monotonic() < deadline:
@@ -108,8 +140,13 @@ def main():
         cpp, reference = PacketDecoder('cpp'), PacketDecoder('numpy')
         width = int(rng.choice([0, 1, 346, 640, 2048, 65535, 65536, 1 << 31]))
         height = int(rng.choice([0, 1, 260, 480, 2048, 65535, 65536, 1 << 31]))
-        source = (mutated_packets(rng, encoding) if rng.random() < 0.5
-                  else random_packets(rng))
+        choice = rng.random()
+        if choice < 0.4 and real:
+            source = mutated_real_packets(rng, real, encoding)
+        elif choice < 0.7:
+            source = mutated_packets(rng, encoding)
+        else:
+            source = random_packets(rng)
         for data, time_base in source:
             a = cpp.decode(encoding, data, time_base, width, height)
             b = reference.decode(encoding, data, time_base, width, height)
