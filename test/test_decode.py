@@ -23,7 +23,6 @@ the two backends must agree on arbitrary bytes (the packets are untrusted).
 
 from array import array
 
-from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
@@ -142,40 +141,57 @@ def test_backends_agree_on_recordings(recordings):
 
 # -- untrusted bytes: both backends agree, nothing raises ---------------------------------------
 
-@settings(max_examples=150, deadline=None)
-@given(encoding=st.sampled_from(ENCODINGS),
-       packets=st.lists(st.binary(max_size=600), min_size=1, max_size=4),
-       width=st.integers(0, 2100), height=st.integers(0, 2100),
-       time_base=st.integers(0, (1 << 63) - 1))
-def test_backends_agree_on_arbitrary_bytes(encoding, packets, width, height, time_base):
+def needs_cpp():
     if not extension_available():
         pytest.skip('the compiled extension veckm_flow_ros._C is not built')
-    cpp, reference = PacketDecoder('cpp'), PacketDecoder('numpy')
-    for packet in packets:
-        a = cpp.decode(encoding, packet, time_base, width, height)
-        b = reference.decode(encoding, packet, time_base, width, height)
-        assert_same_events(a.events, b.events)
-        assert_same_triggers(a.triggers, b.triggers)
-        assert a.problems == b.problems
-        assert np.all(a.events.x < max(width, 1)) and np.all(a.events.y < max(height, 1))
-    assert cpp.counters() == reference.counters()
 
 
-@settings(max_examples=100, deadline=None)
-@given(codes=st.lists(st.tuples(st.sampled_from([0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14]),
-                                st.integers(0, 0xFFF)), max_size=300),
-       cut=st.integers(0, 300))
-def test_evt3_backends_agree_on_valid_words_and_cuts(codes, cut):
-    """Plausible evt3 words (no invalid codes), decoded whole and in two packets."""
-    if not extension_available():
-        pytest.skip('the compiled extension veckm_flow_ros._C is not built')
-    stream = words16(*[evt3(code, payload) for code, payload in codes])
-    cut = min(cut, len(codes)) * 2
-    whole = PacketDecoder('numpy').decode('evt3', stream, 0, 2048, 2048)
-    split = PacketDecoder('cpp')
-    parts = [split.decode('evt3', part, 0, 2048, 2048) for part in (stream[:cut], stream[cut:])]
-    assert_same_events(EventArray.concatenate([p.events for p in parts]), whole.events)
-    assert sum(len(p.triggers) for p in parts) == len(whole.triggers)
+@pytest.mark.parametrize('encoding', ENCODINGS)
+def test_backends_agree_on_arbitrary_bytes(encoding):
+    """Random packets (any length, any bytes) and sensor sizes; several packets per stream."""
+    needs_cpp()
+    rng = np.random.default_rng(ENCODINGS.index(encoding))
+    for _ in range(40):
+        width, height = (int(v) for v in rng.choice([0, 1, 346, 640, 2048, 1 << 20], 2))
+        time_base = int(rng.integers(0, 1 << 63))
+        cpp, reference = PacketDecoder('cpp'), PacketDecoder('numpy')
+        for _ in range(3):
+            packet = rng.integers(0, 256, int(rng.integers(0, 4000)), dtype=np.uint8).tobytes()
+            a = cpp.decode(encoding, packet, time_base, width, height)
+            b = reference.decode(encoding, packet, time_base, width, height)
+            assert_same_events(a.events, b.events)
+            assert_same_triggers(a.triggers, b.triggers)
+            assert a.problems == b.problems
+            assert np.all(a.events.x < max(width, 1)) and np.all(a.events.y < max(height, 1))
+        assert cpp.counters() == reference.counters()
+
+
+@pytest.mark.parametrize('encoding', ['evt3', 'libcaer_cmp'])
+def test_backends_agree_on_plausible_word_streams(encoding):
+    """
+    Long streams of defined word types, decoded whole (numpy) and cut in packets (C++).
+
+    Random bytes rarely chain the stateful words (time, row, vector base, vectors); these
+    streams do, so every state update of the two implementations is compared.
+    """
+    needs_cpp()
+    rng = np.random.default_rng(7)
+    codes = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14] if encoding == 'evt3' else [0, 1, 2, 3, 4, 5]
+    for _ in range(30):
+        words = ((rng.choice(codes, 3000) << 12) | rng.integers(0, 0x1000, 3000)).astype('<u2')
+        stream = words.tobytes()
+        whole = PacketDecoder('numpy').decode(encoding, stream, 10**15, 1500, 1500)
+        cuts = np.sort(rng.integers(0, len(words), 5)) * 2
+        split = PacketDecoder('cpp')
+        parts = [split.decode(encoding, part, 10**15, 1500, 1500)
+                 for part in np.split(np.frombuffer(stream, np.uint8), cuts)]
+        if encoding == 'evt3':
+            assert_same_events(EventArray.concatenate([p.events for p in parts]), whole.events)
+            assert sum(len(p.triggers) for p in parts) == len(whole.triggers)
+        else:  # libcaer_cmp restarts its time in every packet: compare addresses only
+            merged = EventArray.concatenate([p.events for p in parts])
+            for name in ('x', 'y', 'p'):
+                np.testing.assert_array_equal(getattr(merged, name), getattr(whole.events, name))
 
 
 # -- format details -------------------------------------------------------------------------------
@@ -219,6 +235,14 @@ def test_evt3_time_high_wrap_and_jitter(backend):
     assert decoder.problem_counts == {}
     assert decoder.decode('evt3', words16(evt3(TH, 1), evt3(ADDR_X, 3)), 0, 640, 480).events \
         .t_ns.tolist() == [((2 << 24) + (1 << 12)) * US]
+
+
+@pytest.mark.parametrize('step_back, wraps', [(10, False), (11, True)])
+def test_evt3_wrap_threshold_is_a_step_back_of_more_than_10(backend, step_back, wraps):
+    """The reference counts a wrap only when time_high falls by more than 10 units."""
+    payload = words16(evt3(TH, 100), evt3(TL, 0), evt3(TH, 100 - step_back), evt3(ADDR_X, 1))
+    result = PacketDecoder(backend).decode('evt3', payload, 0, 640, 480)
+    assert result.events.t_ns.tolist() == [((int(wraps) << 24) | (100 - step_back) << 12) * US]
 
 
 def test_evt3_problems_are_reported_not_raised(backend):
