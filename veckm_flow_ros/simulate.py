@@ -47,11 +47,11 @@ import numpy as np
 
 from veckm_flow_ros.events import EventArray
 
-TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'gratings', 'blobs')
+TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings', 'blobs')
 MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects')
 
 # Held-out split: the training recipe never sees these textures or motions (see train.py).
-TRAIN_TEXTURES = ('noise', 'edges', 'checker', 'polygons')
+TRAIN_TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink')
 TRAIN_MOTIONS = ('translation', 'rotation', 'zoom', 'objects')
 HELDOUT_TEXTURES = ('gratings', 'blobs')
 HELDOUT_MOTIONS = ('affine',)
@@ -151,7 +151,11 @@ def _coords(size):
 
 
 def make_texture(kind, size, rng):
-    """Return a (size, size) float32 raster in [-1, 1] of texture `kind` (one of TEXTURES)."""
+    """
+    Return a (size, size) float32 raster in [-1, 1] of texture `kind` (one of TEXTURES).
+
+    Every texture is finally blurred by a random optics blur (sigma 0..1.5 px).
+    """
     xx, yy = _coords(size)
     if kind == 'noise':
         # Band-limited noise, two octaves with random weights.
@@ -188,6 +192,23 @@ def make_texture(kind, size, rng):
             cv2.fillPoly(image, [np.round(poly * 16).astype(np.int32)], rng.uniform(-1, 1),
                          lineType=cv2.LINE_8, shift=4)
         image = _blur(image, 0.6)
+    elif kind == 'bars':
+        # Parallel bars of random widths and intensities (not periodic).
+        angle = rng.uniform(0, math.pi)
+        along = xx * math.cos(angle) + yy * math.sin(angle)
+        widths = rng.uniform(2, 30, int(3 * size / 2) + 2)
+        boundaries = np.cumsum(widths) - size
+        values = rng.uniform(-1, 1, len(boundaries) + 1)
+        image = _blur(values[np.searchsorted(boundaries, along)], 0.6)
+    elif kind == 'pink':
+        # 1/f^beta noise, like natural images.
+        beta = rng.uniform(0.8, 1.6)
+        fy = np.fft.fftfreq(size)[:, None]
+        fx = np.fft.rfftfreq(size)[None, :]
+        spectrum = np.maximum(np.hypot(fx, fy), 1.0 / size) ** -beta
+        white = np.fft.rfft2(rng.standard_normal((size, size)))
+        image = np.tanh(_standardise(np.fft.irfft2(white * spectrum, s=(size, size)))
+                        * rng.uniform(0.5, 2.0))
     elif kind == 'gratings':
         image = np.zeros((size, size))
         for _ in range(rng.integers(1, 3)):
@@ -207,6 +228,9 @@ def make_texture(kind, size, rng):
         image = _blur(image, 0.6)
     else:
         raise ValueError(f'unknown texture {kind!r}; choose one of {", ".join(TEXTURES)}')
+    optics_sigma = rng.uniform(0.0, 1.5)
+    if optics_sigma > 0.1:
+        image = _blur(image, optics_sigma)
     return _normalise(image).astype(np.float32)
 
 

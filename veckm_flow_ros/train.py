@@ -28,8 +28,8 @@ Recipe (DESIGN §2.6), in three cached stages under a work directory:
    transforming the event cloud (the pixel lattice and the square window map onto
    themselves), and the ground-truth flow is transformed with it;
 3. MLP: the paper's shape (2D -> H -> H -> 2, ReLU, no biases), trained on the bank with the
-   generalized-normal-flow loss, batches drawn with inverse-density weights on log|u|, Adam
-   with cosine decay. The state (weights, optimiser, epoch) is checkpointed after every epoch;
+   generalized-normal-flow loss, uniform batches (weighted_sampling=True draws them with
+   inverse-density weights again), AdamW with cosine decay. The state (weights, optimiser, epoch) is checkpointed after every epoch;
    `resume` continues bit-identically.
 
 Random frequencies are 5 x the standard-normal quantiles at (k + 0.5) / D, shuffled
@@ -78,15 +78,19 @@ class Recipe:
     textures: Tuple[str, ...] = simulate.TRAIN_TEXTURES
     motions: Tuple[str, ...] = simulate.TRAIN_MOTIONS
     # Feature bank.
-    blocks_per_sequence: int = 3
+    blocks_per_sequence: int = 6
     block_s: float = 0.004
-    targets_per_block: int = 1024
-    augmentations_per_block: int = 2
+    targets_per_block: int = 512
+    augmentations_per_block: int = 4
     # Optimisation.
     epochs: int = 30
     batch_size: int = 1024
     batches_per_epoch: int = 300
     learning_rate: float = 2e-3
+    weight_decay: float = 0.0
+    # Targets are already drawn with inverse-density weights into the bank; weighting the
+    # batches again over-weights rare speeds (measured: lower %Pos on held-out scenes).
+    weighted_sampling: bool = False
     loss_lambda: float = 0.1
     validation_fraction: float = 0.05
 
@@ -306,7 +310,8 @@ def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resu
     """
     torch.manual_seed(recipe.seed)
     mlp = FlowMLP(features.shape[1], recipe.hidden_size)
-    optimizer = torch.optim.Adam(mlp.parameters(), lr=recipe.learning_rate)
+    optimizer = torch.optim.AdamW(mlp.parameters(), lr=recipe.learning_rate,
+                                  weight_decay=recipe.weight_decay)
     total_steps = recipe.epochs * recipe.batches_per_epoch
     def cosine(step):
         return 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps))
@@ -327,7 +332,10 @@ def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resu
     train_index, validation_index = _split(groups, recipe.validation_fraction, recipe.seed)
     x_all = torch.from_numpy(features)
     target_all = torch.from_numpy(flow_px_s / recipe.flow_scale_px_s)
-    weights = torch.from_numpy(inverse_density_weights(flow_px_s[train_index]))
+    if recipe.weighted_sampling:
+        weights = torch.from_numpy(inverse_density_weights(flow_px_s[train_index]))
+    else:
+        weights = torch.full((len(train_index),), 1.0 / len(train_index), dtype=torch.float64)
     train_index = torch.from_numpy(train_index)
     validation_index = torch.from_numpy(validation_index)
     last_epoch = recipe.epochs if stop_after_epoch is None else min(stop_after_epoch,
@@ -391,7 +399,8 @@ def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
     key = json.dumps({k: v for k, v in recipe.to_json().items()
                       if k not in ('epochs', 'batch_size', 'batches_per_epoch',
                                    'learning_rate', 'loss_lambda', 'validation_fraction',
-                                   'hidden_size')}, sort_keys=True)
+                                   'hidden_size', 'weight_decay', 'weighted_sampling')},
+                     sort_keys=True)
     tag = f'r{recipe.pixel_radius}_tau{recipe.tau_s * 1e3:g}ms_{abs(hash_text(key)):016x}'
     bank_path = work_dir / f'bank_{tag}.npz'
     if bank_path.is_file():
