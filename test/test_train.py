@@ -24,10 +24,10 @@ import torch
 from veckm_flow_ros import train
 from veckm_flow_ros.model import load_model
 
-TINY = train.Recipe(pixel_radius=3, tau_s=0.008, num_sequences=4, duration_s=0.04, width=64,
+TINY = train.Recipe(pixel_radius=4, tau_s=0.008, num_sequences=4, duration_s=0.04, width=64,
                     height=48, blocks_per_sequence=2, targets_per_block=256,
-                    augmentations_per_block=2, epochs=3, batch_size=128, batches_per_epoch=30,
-                    hidden_size=32, num_features=16, validation_fraction=0.25,
+                    augmentations_per_block=2, epochs=4, batch_size=128, batches_per_epoch=40,
+                    hidden_size=32, num_features=32, validation_fraction=0.25,
                     learning_rate=1e-2)
 
 
@@ -112,7 +112,7 @@ def test_tiny_training_run_learns(tiny_bank):
     with torch.no_grad():
         before = float(train.generalized_normal_flow_loss(untrained(x), target))
         after = float(train.generalized_normal_flow_loss(mlp(x), target))
-    assert after < before - 0.03
+    assert after < before - 0.05
     assert len(state.history) == TINY.epochs
 
 
@@ -136,9 +136,9 @@ def test_train_writes_a_loadable_checkpoint(tmp_path):
     recipe = dataclasses.replace(TINY, num_sequences=2, epochs=1)
     train.train(recipe, tmp_path / 'tiny.npz', tmp_path / 'work', log=lambda message: None)
     model = load_model(tmp_path / 'tiny.npz')
-    assert model.pixel_radius == 3 and model.tau_s == pytest.approx(0.008)
+    assert model.pixel_radius == 4 and model.tau_s == pytest.approx(0.008)
     assert model.flow_scale_px_s == 60.0
     assert model.metadata['recipe']['seed'] == 0
     assert model.metadata['data']['textures'] == list(recipe.textures)
     assert math.isfinite(model.metadata['history'][-1]['train_loss'])
-    torch.testing.assert_close(model.freq_t, train.standard_frequencies(16, 0)[0])
+    torch.testing.assert_close(model.freq_t, train.standard_frequencies(32, 0)[0])
