@@ -31,10 +31,6 @@ ROOT = os.path.dirname(os.path.realpath(__file__))
 CSRC = os.path.join(ROOT, 'csrc')
 
 
-def _relative(paths):
-    return sorted(os.path.relpath(path, ROOT) for path in paths)
-
-
 def _extension():
     force_cuda = os.environ.get('FORCE_CUDA', '0') == '1'
     with_cuda = force_cuda or (cpp_extension.CUDA_HOME is not None and _torch_has_cuda())
@@ -56,7 +52,8 @@ def _extension():
         compile_args = {'cxx': cxx_flags}
     return extension_class(
         name=f'{PACKAGE_NAME}._C',
-        sources=_relative(sources),
+        # Absolute: colcon runs setup.py from its build directory, where csrc/ is not linked.
+        sources=sorted(sources),
         include_dirs=include_dirs,
         extra_compile_args=compile_args,
         extra_link_args=extra_link_args,
