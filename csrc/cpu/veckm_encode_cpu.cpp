@@ -56,115 +56,259 @@ struct PixelSlots {
   std::vector<int32_t> event_slot;      // [N] slot of each event, -1 outside the image
 };
 
+// Two stable counting sorts (by x, then by y): O(N + W + H), so a small block on a large
+// sensor does not pay for every pixel of the image.
 PixelSlots group_by_pixel(const int32_t* x, const int32_t* y, int64_t n, int64_t width,
                           int64_t height) {
   PixelSlots slots;
-  const int64_t num_pixels = width * height;
-  std::vector<int32_t> pixel_start(num_pixels + 1, 0);
   slots.event_slot.assign(n, -1);
+  std::vector<int32_t> column_start(width + 1, 0);
   int64_t inside = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (x[j] >= 0 && x[j] < width && y[j] >= 0 && y[j] < height) {
-      ++pixel_start[static_cast<int64_t>(y[j]) * width + x[j] + 1];
+      ++column_start[x[j] + 1];
       ++inside;
     }
   }
-  for (int64_t p = 0; p < num_pixels; ++p) pixel_start[p + 1] += pixel_start[p];
-  slots.event_order.resize(inside);
-  // pixel_start[p] is used as the fill cursor of pixel p; afterwards it holds p's end.
+  for (int64_t c = 0; c < width; ++c) column_start[c + 1] += column_start[c];
+  std::vector<int32_t> by_column(inside);
   for (int64_t j = 0; j < n; ++j) {
     if (x[j] >= 0 && x[j] < width && y[j] >= 0 && y[j] < height) {
-      const int64_t pixel = static_cast<int64_t>(y[j]) * width + x[j];
-      slots.event_order[pixel_start[pixel]++] = static_cast<int32_t>(j);
+      by_column[column_start[x[j]]++] = static_cast<int32_t>(j);
     }
   }
+  std::vector<int32_t> row_start(height + 1, 0);
+  for (const int32_t j : by_column) ++row_start[y[j] + 1];
+  for (int64_t r = 0; r < height; ++r) row_start[r + 1] += row_start[r];
+  slots.event_order.resize(inside);
+  {
+    std::vector<int32_t> cursor(row_start.begin(), row_start.end() - 1);
+    for (const int32_t j : by_column) slots.event_order[cursor[y[j]]++] = j;
+  }
   slots.row_slot_start.assign(height + 1, 0);
+  slots.slot_start.reserve(inside + 1);
   slots.slot_start.push_back(0);
-  int64_t previous_end = 0;
   for (int64_t row = 0; row < height; ++row) {
     slots.row_slot_start[row] = static_cast<int32_t>(slots.slot_x.size());
-    for (int64_t column = 0; column < width; ++column) {
-      const int64_t end = pixel_start[row * width + column];
-      if (end == previous_end) continue;
+    for (int32_t i = row_start[row]; i < row_start[row + 1];) {
+      const int32_t column = x[slots.event_order[i]];
       const auto slot = static_cast<int32_t>(slots.slot_x.size());
-      for (int64_t i = previous_end; i < end; ++i) slots.event_slot[slots.event_order[i]] = slot;
-      slots.slot_x.push_back(static_cast<int32_t>(column));
+      int32_t end = i;
+      while (end < row_start[row + 1] && x[slots.event_order[end]] == column) {
+        slots.event_slot[slots.event_order[end]] = slot;
+        ++end;
+      }
+      slots.slot_x.push_back(column);
       slots.slot_y.push_back(static_cast<int32_t>(row));
-      slots.slot_start.push_back(static_cast<int32_t>(end));
-      previous_end = end;
+      slots.slot_start.push_back(end);
+      i = end;
     }
   }
   slots.row_slot_start[height] = static_cast<int32_t>(slots.slot_x.size());
   return slots;
 }
 
-// Q of one slot: [re(D) | im(D)] floats.
-VECKM_CPU_CLONES void embed_slot(const int32_t* events, int32_t count, const double* time_units,
-                                 int32_t x, int32_t y, const float* freq_t, const float* freq_x,
-                                 const float* freq_y, double inv_radius, int64_t d,
-                                 float* out) {
-  float* out_re = out;
-  float* out_im = out + d;
+// exp(i u T[k]) for event times u (tau units) as a tabulated coarse phasor exp(i q g T[k])
+// (grid step g) times exp(i (u - q g) T[k]), whose angle is at most 1/16 rad: a small-angle
+// series instead of a range-reduced sine/cosine per (event, channel). Table entries are
+// formed in float64 and wrapped, so the product is as exact as unit_phasor (~2e-7).
+struct TimePhasors {
+  double origin = 0.0;    // u of entry 0
+  double step = 1.0;      // g, in tau units
+  double inv_step = 1.0;
+  int64_t d = 0;
+  std::vector<float> table;  // [entries][2D]: cos | sin
+};
+
+// Above this many entries (a very long call) the direct sine/cosine is used instead.
+constexpr int64_t kMaxTimeTableEntries = int64_t{1} << 15;
+
+bool build_time_phasors(double u_min, double u_max, const float* freq_t, int64_t d,
+                        TimePhasors* phasors) {
+  float max_freq = 0.0f;
+  for (int64_t k = 0; k < d; ++k) max_freq = std::max(max_freq, std::fabs(freq_t[k]));
+  phasors->d = d;
+  phasors->origin = u_min;
+  phasors->step = max_freq > 0.0f ? 0.125 / static_cast<double>(max_freq) : 1.0;
+  phasors->inv_step = 1.0 / phasors->step;
+  const double span = (u_max - u_min) * phasors->inv_step;
+  if (!(span < static_cast<double>(kMaxTimeTableEntries))) return false;
+  const int64_t entries = static_cast<int64_t>(span) + 2;
+  phasors->table.resize(entries * 2 * d);
+  at::parallel_for(0, entries, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      const double units = phasors->origin + static_cast<double>(q) * phasors->step;
+      float* row = phasors->table.data() + q * 2 * d;
+      for (int64_t k = 0; k < d; ++k) unit_phasor(time_phase(units, freq_t[k]), &row[k], &row[d + k]);
+    }
+  });
+  return true;
+}
+
+// Pixel phasors exp(i x X[k] / r) per column and exp(i y Y[k] / r) per row; their product is
+// the phasor of pixel (x, y). Only the columns/rows in [low, high] are filled.
+struct PixelPhasors {
+  int64_t d = 0;
+  std::vector<float> column;  // [W][2D]
+  std::vector<float> row;     // [H][2D]
+};
+
+void fill_axis_phasors(std::vector<float>* table, int64_t low, int64_t high, int64_t size,
+                       const float* freq, double inv_radius, int64_t d) {
+  table->assign(size * 2 * d, 0.0f);
+  for (int64_t v = low; v <= high; ++v) {
+    float* entry = table->data() + v * 2 * d;
+    for (int64_t k = 0; k < d; ++k) {
+      unit_phasor(static_cast<float>(wrap_phase(static_cast<double>(v) *
+                                                static_cast<double>(freq[k]) * inv_radius)),
+                  &entry[k], &entry[d + k]);
+    }
+  }
+}
+
+// out[k] (re | im) = sum over the events of exp(i time phase) [direct or tabulated].
+VECKM_CPU_CLONES void sum_time_phasors(const int32_t* events, int32_t count,
+                                       const double* time_units, const TimePhasors& phasors,
+                                       const float* __restrict__ freq_t,
+                                       float* __restrict__ out) {
+  const int64_t d = phasors.d;
+  float* __restrict__ out_re = out;
+  float* __restrict__ out_im = out + d;
   for (int64_t k = 0; k < d; ++k) {
     out_re[k] = 0.0f;
     out_im[k] = 0.0f;
   }
+  if (phasors.table.empty()) {
+    for (int32_t e = 0; e < count; ++e) {
+      const double units = time_units[events[e]];
+      for (int64_t k = 0; k < d; ++k) {
+        float c, s;
+        unit_phasor(time_phase(units, freq_t[k]), &c, &s);
+        out_re[k] += c;
+        out_im[k] += s;
+      }
+    }
+    return;
+  }
   for (int32_t e = 0; e < count; ++e) {
-    const double units = time_units[events[e]];
+    const double offset = (time_units[events[e]] - phasors.origin) * phasors.inv_step;
+    const auto q = static_cast<int64_t>(offset + 0.5);
+    const auto remainder =
+        static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
+    const float* __restrict__ coarse_re = phasors.table.data() + q * 2 * d;
+    const float* __restrict__ coarse_im = coarse_re + d;
     for (int64_t k = 0; k < d; ++k) {
       float c, s;
-      unit_phasor(time_phase(units, freq_t[k]), &c, &s);
-      out_re[k] += c;
-      out_im[k] += s;
+      small_angle_phasor(remainder * freq_t[k], &c, &s);
+      out_re[k] += coarse_re[k] * c - coarse_im[k] * s;
+      out_im[k] += coarse_re[k] * s + coarse_im[k] * c;
     }
-  }
-  for (int64_t k = 0; k < d; ++k) {
-    float c, s;
-    unit_phasor(pixel_phase(x, y, freq_x[k], freq_y[k], inv_radius), &c, &s);
-    complex_multiply(&out_re[k], &out_im[k], c, s);
   }
 }
 
-VECKM_CPU_CLONES void accumulate(double* sum, const float* values, int64_t length, double sign) {
+// Q of one slot: (sum of its time phasors) times its pixel phasor, [re(D) | im(D)].
+VECKM_CPU_CLONES void embed_slot(const int32_t* events, int32_t count, const double* time_units,
+                                 const TimePhasors& time_phasors, const float* freq_t,
+                                 const float* __restrict__ column_phasor,
+                                 const float* __restrict__ row_phasor, float* __restrict__ out) {
+  const int64_t d = time_phasors.d;
+  sum_time_phasors(events, count, time_units, time_phasors, freq_t, out);
+  for (int64_t k = 0; k < d; ++k) {
+    const float pixel_re = column_phasor[k] * row_phasor[k] - column_phasor[d + k] * row_phasor[d + k];
+    const float pixel_im = column_phasor[k] * row_phasor[d + k] + column_phasor[d + k] * row_phasor[k];
+    complex_multiply(&out[k], &out[d + k], pixel_re, pixel_im);
+  }
+}
+
+VECKM_CPU_CLONES void accumulate(double* __restrict__ sum, const float* __restrict__ values, int64_t length, double sign) {
   for (int64_t k = 0; k < length; ++k) sum[k] += sign * static_cast<double>(values[k]);
 }
 
-VECKM_CPU_CLONES void add_columns(double* sum, const double* column_sum, int64_t length,
+VECKM_CPU_CLONES void add_columns(double* __restrict__ sum,
+                                  const double* __restrict__ column_sum, int64_t length,
                                   double sign) {
   for (int64_t k = 0; k < length; ++k) sum[k] += sign * column_sum[k];
 }
 
-VECKM_CPU_CLONES void finish_target_pixel(const double* box, int32_t x, int32_t y, int32_t count,
-                                          const float* freq_x, const float* freq_y,
-                                          double inv_radius, int64_t d, float* out) {
+// box * conj(pixel phasor) * sqrt(D) / count (count >= 1: the pixel holds the target).
+VECKM_CPU_CLONES void finish_target_pixel(const double* __restrict__ box, int32_t count,
+                                          const float* __restrict__ column_phasor,
+                                          const float* __restrict__ row_phasor, int64_t d,
+                                          float* __restrict__ out) {
   const double scale = std::sqrt(static_cast<double>(d)) / static_cast<double>(count);
   for (int64_t k = 0; k < d; ++k) {
-    normalise_pooled(box[k], box[d + k], pixel_phase(x, y, freq_x[k], freq_y[k], inv_radius),
-                     scale, &out[k], &out[d + k]);
+    const float pixel_re = column_phasor[k] * row_phasor[k] - column_phasor[d + k] * row_phasor[d + k];
+    const float pixel_im = column_phasor[k] * row_phasor[d + k] + column_phasor[d + k] * row_phasor[k];
+    double re = box[k], im = box[d + k];
+    complex_multiply(&re, &im, pixel_re, -pixel_im);
+    out[k] = static_cast<float>(re * scale);
+    out[d + k] = static_cast<float>(im * scale);
   }
 }
 
-VECKM_CPU_CLONES void finish_target_event(const float* pooled, double units, const float* freq_t,
-                                          int64_t d, float* out) {
-  for (int64_t k = 0; k < d; ++k) {
-    float c, s;
-    unit_phasor(time_phase(units, freq_t[k]), &c, &s);
-    float re = pooled[k], im = pooled[d + k];
-    complex_multiply(&re, &im, c, -s);
-    out[k] = re;
-    out[d + k] = im;
+// Features of target events [begin, end): pooled of its pixel * conj(its time phasor).
+VECKM_CPU_CLONES void finish_target_events(int64_t begin, int64_t end, const int64_t* target_event,
+                                           const int32_t* event_slot,
+                                           const int32_t* target_of_slot, const float* pooled,
+                                           const int32_t* pooled_count, const double* time_units,
+                                           const TimePhasors& phasors,
+                                           const float* __restrict__ freq_t, float* features,
+                                           int32_t* count) {
+  const int64_t d = phasors.d;
+  for (int64_t i = begin; i < end; ++i) {
+    float* __restrict__ out = features + i * 2 * d;
+    const int32_t slot = event_slot[target_event[i]];
+    if (slot < 0) {  // outside the image: count 0, zero features (invalid)
+      count[i] = 0;
+      for (int64_t k = 0; k < 2 * d; ++k) out[k] = 0.0f;
+      continue;
+    }
+    const int32_t target = target_of_slot[slot];
+    count[i] = pooled_count[target];
+    const float* __restrict__ in = pooled + static_cast<int64_t>(target) * 2 * d;
+    const double units = time_units[target_event[i]];
+    if (phasors.table.empty()) {
+      for (int64_t k = 0; k < d; ++k) {
+        float c, s;
+        unit_phasor(time_phase(units, freq_t[k]), &c, &s);
+        out[k] = in[k] * c + in[d + k] * s;
+        out[d + k] = in[d + k] * c - in[k] * s;
+      }
+      continue;
+    }
+    const double offset = (units - phasors.origin) * phasors.inv_step;
+    const auto q = static_cast<int64_t>(offset + 0.5);
+    const auto remainder = static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
+    const float* __restrict__ coarse_re = phasors.table.data() + q * 2 * d;
+    const float* __restrict__ coarse_im = coarse_re + d;
+    for (int64_t k = 0; k < d; ++k) {
+      float fine_c, fine_s;
+      small_angle_phasor(remainder * freq_t[k], &fine_c, &fine_s);
+      const float c = coarse_re[k] * fine_c - coarse_im[k] * fine_s;
+      const float s = coarse_re[k] * fine_s + coarse_im[k] * fine_c;
+      out[k] = in[k] * c + in[d + k] * s;
+      out[d + k] = in[d + k] * c - in[k] * s;
+    }
   }
 }
 
-// Pass 3 for the target rows [row_begin, row_end) of target_rows. Writes, for each target
-// slot, pooled (normalised, without the time phase) and its count.
-void pool_target_rows(const PixelSlots& slots, const std::vector<int32_t>& target_rows,
-                      int64_t row_begin, int64_t row_end, const std::vector<int32_t>& target_of_slot,
-                      const float* slot_embed, const int32_t* slot_count, int64_t width,
-                      int64_t height, int64_t radius, int64_t d, const float* freq_x,
-                      const float* freq_y, float* pooled, int32_t* pooled_count) {
+// The per-call inputs of pass 3.
+struct PoolInputs {
+  const PixelSlots* slots;
+  const std::vector<int32_t>* target_of_slot;
+  const float* slot_embed;
+  const int32_t* slot_count;
+  const PixelPhasors* pixel;
+  int64_t width, height, radius, d;
+};
+
+// Pass 3 for the target rows [row_begin, row_end) of target_rows: box sum per target pixel,
+// normalised (everything but the target's own time phase), and its count.
+void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_rows,
+                      int64_t row_begin, int64_t row_end, float* pooled, int32_t* pooled_count) {
+  const PixelSlots& slots = *in.slots;
+  const int64_t d = in.d, width = in.width, height = in.height, radius = in.radius;
   const int64_t channels = 2 * d;
-  const double inv_radius = 1.0 / static_cast<double>(radius);
   std::vector<double> column_sum(width * channels, 0.0);
   std::vector<int64_t> column_count(width, 0);
   std::vector<double> box(channels, 0.0);
@@ -173,8 +317,8 @@ void pool_target_rows(const PixelSlots& slots, const std::vector<int32_t>& targe
   auto add_row = [&](int64_t row, double sign) {
     for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
       const int64_t column = slots.slot_x[s];
-      accumulate(&column_sum[column * channels], slot_embed + s * channels, channels, sign);
-      column_count[column] += sign > 0 ? slot_count[s] : -slot_count[s];
+      accumulate(&column_sum[column * channels], in.slot_embed + s * channels, channels, sign);
+      column_count[column] += sign > 0 ? in.slot_count[s] : -in.slot_count[s];
     }
   };
 
@@ -197,7 +341,7 @@ void pool_target_rows(const PixelSlots& slots, const std::vector<int32_t>& targe
     // Running sum along the row over columns [box_low, box_high].
     int64_t box_low = 0, box_high = -1, box_count = 0;
     for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
-      const int32_t target = target_of_slot[s];
+      const int32_t target = (*in.target_of_slot)[s];
       if (target < 0) continue;
       const int64_t column = slots.slot_x[s];
       const int64_t low_x = std::max<int64_t>(column - radius, 0);
@@ -223,11 +367,26 @@ void pool_target_rows(const PixelSlots& slots, const std::vector<int32_t>& targe
       box_low = low_x;
       box_high = high_x;
       pooled_count[target] = static_cast<int32_t>(box_count);
-      finish_target_pixel(box.data(), slots.slot_x[s], slots.slot_y[s],
-                          static_cast<int32_t>(box_count), freq_x, freq_y, inv_radius, d,
-                          pooled + target * channels);
+      finish_target_pixel(box.data(), static_cast<int32_t>(box_count),
+                          in.pixel->column.data() + column * channels,
+                          in.pixel->row.data() + row * channels, d,
+                          pooled + static_cast<int64_t>(target) * channels);
     }
   }
+}
+
+// The two large per-call buffers (slot embeddings, pooled target pixels) are kept per calling
+// thread and reused: a streaming caller makes hundreds of calls per second, and fresh pages of
+// a large allocation cost a page fault each. They hold the largest call's size (64 complex
+// floats = 512 B per pixel with events).
+struct EncodeScratch {
+  std::vector<float> slot_embed;
+  std::vector<float> pooled;
+};
+
+EncodeScratch& thread_scratch() {
+  thread_local EncodeScratch scratch;
+  return scratch;
 }
 
 std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const at::Tensor& x_in,
@@ -244,8 +403,9 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   const int64_t m = target_index_in.numel();
   const int64_t d = freq_t_in.numel();
   const int64_t channels = 2 * d;
-  auto features = at::zeros({m, channels}, t_ns_in.options().dtype(at::kFloat));
-  auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
+  // Rows are all written below (invalid targets get zeros), so no zero-fill up front.
+  auto features = at::empty({m, channels}, t_ns_in.options().dtype(at::kFloat));
+  auto count = at::empty({m}, t_ns_in.options().dtype(at::kInt));
   if (m == 0) return {features, count};
 
   const auto t_ns = t_ns_in.contiguous();
@@ -266,6 +426,8 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
     TORCH_CHECK(target_ptr[i] >= 0 && target_ptr[i] < n, "target_index[", i, "] = ",
                 target_ptr[i], " is not an event index in [0, ", n, ")");
   }
+  float* features_ptr = features.data_ptr<float>();
+  int32_t* count_ptr = count.data_ptr<int32_t>();
 
   // Times relative to the first event, in units of tau (exact int64 difference first).
   const int64_t t_ref_ns = t_ptr[0];
@@ -288,7 +450,11 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
     const int32_t slot = slots.event_slot[target_ptr[i]];
     if (slot >= 0 && target_of_slot[slot] < 0) target_of_slot[slot] = num_target_slots++;
   }
-  if (num_target_slots == 0) return {features, count};
+  if (num_target_slots == 0) {
+    features.zero_();
+    count.zero_();
+    return {features, count};
+  }
   std::vector<int32_t> target_rows;
   for (int64_t row = 0; row < height; ++row) {
     for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
@@ -298,46 +464,72 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
       }
     }
   }
+  // Rows within r of a target row are read by the box sums; the others are skipped.
+  std::vector<uint8_t> row_needed(height, 0);
+  for (const int32_t row : target_rows) {
+    const int64_t high = std::min<int64_t>(row + pixel_radius, height - 1);
+    for (int64_t r = std::max<int64_t>(row - pixel_radius, 0); r <= high; ++r) row_needed[r] = 1;
+  }
 
-  // 2. Q per slot (only slots within r rows of a target row matter; computing all is simpler
-  // and the rows near targets are most of them in practice).
+  // Phasor tables: time (over the span of the in-image events) and pixel axes.
   const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
-  std::vector<float> slot_embed(num_slots * channels);
+  double u_min = 0.0, u_max = 0.0;
+  int64_t x_low = width, x_high = -1;
+  for (int64_t s = 0; s < num_slots; ++s) {
+    x_low = std::min<int64_t>(x_low, slots.slot_x[s]);
+    x_high = std::max<int64_t>(x_high, slots.slot_x[s]);
+  }
+  if (!slots.event_order.empty()) {
+    u_min = u_max = time_units[slots.event_order[0]];
+    for (const int32_t j : slots.event_order) {
+      u_min = std::min(u_min, time_units[j]);
+      u_max = std::max(u_max, time_units[j]);
+    }
+  }
+  TimePhasors time_phasors;
+  if (!build_time_phasors(u_min, u_max, freq_t_ptr, d, &time_phasors)) {
+    time_phasors.table.clear();  // too long a span: direct sine/cosine
+  }
+  PixelPhasors pixel;
+  pixel.d = d;
+  fill_axis_phasors(&pixel.column, x_low, x_high, width, freq_x_ptr, inv_radius, d);
+  fill_axis_phasors(&pixel.row, slots.slot_y[0], slots.slot_y[num_slots - 1], height,
+                    freq_y_ptr, inv_radius, d);
+
+  // 2. Q per slot of the needed rows.
+  EncodeScratch& scratch = thread_scratch();
+  std::vector<float>& slot_embed = scratch.slot_embed;
+  slot_embed.resize(num_slots * channels);
   std::vector<int32_t> slot_count(num_slots);
   at::parallel_for(0, num_slots, 256, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       const int32_t first = slots.slot_start[s];
       slot_count[s] = slots.slot_start[s + 1] - first;
+      if (!row_needed[slots.slot_y[s]]) continue;
       embed_slot(slots.event_order.data() + first, slot_count[s], time_units.data(),
-                 slots.slot_x[s], slots.slot_y[s], freq_t_ptr, freq_x_ptr, freq_y_ptr,
-                 inv_radius, d, slot_embed.data() + s * channels);
+                 time_phasors, freq_t_ptr, pixel.column.data() + slots.slot_x[s] * channels,
+                 pixel.row.data() + slots.slot_y[s] * channels, slot_embed.data() + s * channels);
     }
   });
 
   // 3. Box sums per target pixel, in bands of target rows (each band restarts its sums).
-  std::vector<float> pooled(static_cast<int64_t>(num_target_slots) * channels);
+  std::vector<float>& pooled = scratch.pooled;
+  pooled.resize(static_cast<int64_t>(num_target_slots) * channels);
   std::vector<int32_t> pooled_count(num_target_slots, 0);
+  const PoolInputs inputs{&slots, &target_of_slot, slot_embed.data(), slot_count.data(), &pixel,
+                          width, height, pixel_radius, d};
   const auto num_target_rows = static_cast<int64_t>(target_rows.size());
   const int64_t band = std::max<int64_t>(
       4, num_target_rows / std::max<int64_t>(1, 4 * at::get_num_threads()));
   at::parallel_for(0, num_target_rows, band, [&](int64_t begin, int64_t end) {
-    pool_target_rows(slots, target_rows, begin, end, target_of_slot, slot_embed.data(),
-                     slot_count.data(), width, height, pixel_radius, d, freq_x_ptr, freq_y_ptr,
-                     pooled.data(), pooled_count.data());
+    pool_target_rows(inputs, target_rows, begin, end, pooled.data(), pooled_count.data());
   });
 
   // 4. Per target event: its own time phase.
-  float* features_ptr = features.data_ptr<float>();
-  int32_t* count_ptr = count.data_ptr<int32_t>();
   at::parallel_for(0, m, 1024, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int32_t slot = slots.event_slot[target_ptr[i]];
-      if (slot < 0) continue;  // outside the image: count 0, zero features (invalid)
-      const int32_t target = target_of_slot[slot];
-      count_ptr[i] = pooled_count[target];
-      finish_target_event(pooled.data() + static_cast<int64_t>(target) * channels,
-                          time_units[target_ptr[i]], freq_t_ptr, d, features_ptr + i * channels);
-    }
+    finish_target_events(begin, end, target_ptr, slots.event_slot.data(), target_of_slot.data(),
+                         pooled.data(), pooled_count.data(), time_units.data(), time_phasors,
+                         freq_t_ptr, features_ptr, count_ptr);
   });
   return {features, count};
 }
