@@ -176,12 +176,15 @@ def test_algorithm1_baseline_matches_closed_form(device):
 
 
 @DEVICES
-def test_flow_mlp_matches_reference(device):
+@pytest.mark.parametrize('rows, hidden', [(3001, 128), (5, 128), (29, 32), (100, 24)])
+def test_flow_mlp_matches_reference(device, rows, hidden):
+    # Row counts off the CPU kernel's 6-row blocks and 24-row tiles; hidden 24 is not a
+    # multiple of 16 and takes the BLAS path.
     generator = torch.Generator().manual_seed(2)
-    features = torch.randn(3000, 128, generator=generator) * 3
-    w1 = torch.randn(128, 128, generator=generator) / 11
-    w2 = torch.randn(128, 128, generator=generator) / 11
-    w3 = torch.randn(128, 2, generator=generator) / 11
+    features = torch.randn(rows, 128, generator=generator) * 3
+    w1 = torch.randn(128, hidden, generator=generator) / 11
+    w2 = torch.randn(hidden, hidden, generator=generator) / math.sqrt(hidden)
+    w3 = torch.randn(hidden, 2, generator=generator) / math.sqrt(hidden)
     flow = ops.flow_mlp(features.to(device), w1.to(device), w2.to(device), w3.to(device), 60.0)
     expected = reference.flow_mlp_reference(features, w1, w2, w3, 60.0)
     error = (flow.cpu().double() - expected).norm(dim=1) / expected.norm(dim=1).clamp(min=1e-3)

@@ -534,44 +534,9 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   return {features, count};
 }
 
-// The MLP in row chunks that stay in cache, one chunk per task (a single parallel region:
-// no BLAS-level barriers per small product); the products use ATen's BLAS.
-at::Tensor flow_mlp_cpu(const at::Tensor& features_in, const at::Tensor& w1_in,
-                        const at::Tensor& w2_in, const at::Tensor& w3_in, double flow_scale) {
-  check_flow_mlp_args(features_in, w1_in, w2_in, w3_in);
-  const auto features = features_in.contiguous();
-  const auto w1 = w1_in.contiguous();
-  const auto w2 = w2_in.contiguous();
-  const auto w3 = w3_in.contiguous();
-  const int64_t m = features.size(0);
-  const int64_t hidden = w1.size(1);
-  auto flow = at::empty({m, 2}, features.options());
-  if (m == 0) return flow;
-  constexpr int64_t kChunk = 512;
-  at::parallel_for(0, (m + kChunk - 1) / kChunk, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    auto hidden1 = at::empty({kChunk, hidden}, features.options());
-    auto hidden2 = at::empty({kChunk, hidden}, features.options());
-    for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-      const int64_t begin = chunk * kChunk;
-      const int64_t rows = std::min(kChunk, m - begin);
-      auto h1 = hidden1.narrow(0, 0, rows);
-      auto h2 = hidden2.narrow(0, 0, rows);
-      at::mm_out(h1, features.narrow(0, begin, rows), w1);
-      h1.relu_();
-      at::mm_out(h2, h1, w2);
-      h2.relu_();
-      auto out = flow.narrow(0, begin, rows);
-      at::mm_out(out, h2, w3);
-      if (flow_scale != 1.0) out.mul_(flow_scale);
-    }
-  });
-  return flow;
-}
-
 }  // namespace
 }  // namespace veckm_flow
 
 TORCH_LIBRARY_IMPL(veckm_flow, CPU, m) {
   m.impl("encode", &veckm_flow::encode_cpu);
-  m.impl("flow_mlp", &veckm_flow::flow_mlp_cpu);
 }
