@@ -146,7 +146,7 @@ bool build_time_phasors(double u_min, double u_max, const float* freq_t, int64_t
 }
 
 // Pixel phasors exp(i x X[k] / r) per column and exp(i y Y[k] / r) per row; their product is
-// the phasor of pixel (x, y). Only the columns/rows in [low, high] are filled.
+// the phasor of pixel (x, y).
 struct PixelPhasors {
   int64_t d = 0;
   std::vector<float> column;  // [W][2D]
@@ -164,6 +164,33 @@ void fill_axis_phasors(std::vector<float>* table, int64_t low, int64_t high, int
                   &entry[k], &entry[d + k]);
     }
   }
+}
+
+// The pixel phasor tables of the last (sensor size, radius, frequencies) seen by this thread:
+// a streaming caller encodes hundreds of blocks per second with the same model and sensor.
+const PixelPhasors& cached_pixel_phasors(int64_t width, int64_t height, int64_t radius,
+                                         const float* freq_x, const float* freq_y, int64_t d) {
+  struct Cache {
+    int64_t width = 0, height = 0, radius = 0;
+    std::vector<float> freq_x, freq_y;
+    PixelPhasors phasors;
+  };
+  thread_local Cache cache;
+  if (cache.width != width || cache.height != height || cache.radius != radius ||
+      cache.freq_x.size() != static_cast<size_t>(d) ||
+      !std::equal(freq_x, freq_x + d, cache.freq_x.begin()) ||
+      !std::equal(freq_y, freq_y + d, cache.freq_y.begin())) {
+    const double inv_radius = 1.0 / static_cast<double>(radius);
+    cache.phasors.d = d;
+    fill_axis_phasors(&cache.phasors.column, 0, width - 1, width, freq_x, inv_radius, d);
+    fill_axis_phasors(&cache.phasors.row, 0, height - 1, height, freq_y, inv_radius, d);
+    cache.width = width;
+    cache.height = height;
+    cache.radius = radius;
+    cache.freq_x.assign(freq_x, freq_x + d);
+    cache.freq_y.assign(freq_y, freq_y + d);
+  }
+  return cache.phasors;
 }
 
 // out[k] (re | im) = sum over the events of exp(i time phase) [direct or tabulated].
@@ -309,14 +336,38 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
   const PixelSlots& slots = *in.slots;
   const int64_t d = in.d, width = in.width, height = in.height, radius = in.radius;
   const int64_t channels = 2 * d;
-  std::vector<double> column_sum(width * channels, 0.0);
-  std::vector<int64_t> column_count(width, 0);
+  // Column sums, kept all-zero between uses (only the touched columns are cleared), per
+  // thread: a call with scattered target rows restarts often, and clearing whole image rows of
+  // 2D float64 each time would cost more than the sums.
+  thread_local std::vector<double> column_sum_buffer;
+  thread_local std::vector<int64_t> column_count_buffer;
+  if (static_cast<int64_t>(column_count_buffer.size()) < width ||
+      static_cast<int64_t>(column_sum_buffer.size()) < width * channels) {
+    column_sum_buffer.assign(width * channels, 0.0);
+    column_count_buffer.assign(width, 0);
+  }
+  double* column_sum = column_sum_buffer.data();
+  int64_t* column_count = column_count_buffer.data();
+  std::vector<int32_t> touched;  // columns written since the last clear
+  std::vector<uint8_t> is_touched(width, 0);
+  auto clear_columns = [&]() {
+    for (const int32_t column : touched) {
+      std::fill(column_sum + column * channels, column_sum + (column + 1) * channels, 0.0);
+      column_count[column] = 0;
+      is_touched[column] = 0;
+    }
+    touched.clear();
+  };
   std::vector<double> box(channels, 0.0);
   int64_t window_low = 0, window_high = -1;  // rows currently summed into column_sum
 
   auto add_row = [&](int64_t row, double sign) {
     for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
       const int64_t column = slots.slot_x[s];
+      if (!is_touched[column]) {
+        is_touched[column] = 1;
+        touched.push_back(static_cast<int32_t>(column));
+      }
       accumulate(&column_sum[column * channels], in.slot_embed + s * channels, channels, sign);
       column_count[column] += sign > 0 ? in.slot_count[s] : -in.slot_count[s];
     }
@@ -328,8 +379,7 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
     const int64_t high = std::min<int64_t>(row + radius, height - 1);
     if (low > window_high) {
       // No overlap with the previous window: restart (this also re-anchors the sums).
-      std::fill(column_sum.begin(), column_sum.end(), 0.0);
-      std::fill(column_count.begin(), column_count.end(), 0);
+      clear_columns();
       for (int64_t r = low; r <= high; ++r) add_row(r, 1.0);
     } else {
       for (int64_t r = window_low; r < low; ++r) add_row(r, -1.0);
@@ -373,6 +423,7 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
                           pooled + static_cast<int64_t>(target) * channels);
     }
   }
+  clear_columns();
 }
 
 // The two large per-call buffers (slot embeddings, pooled target pixels) are kept per calling
@@ -472,13 +523,7 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   }
 
   // Phasor tables: time (over the span of the in-image events) and pixel axes.
-  const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
   double u_min = 0.0, u_max = 0.0;
-  int64_t x_low = width, x_high = -1;
-  for (int64_t s = 0; s < num_slots; ++s) {
-    x_low = std::min<int64_t>(x_low, slots.slot_x[s]);
-    x_high = std::max<int64_t>(x_high, slots.slot_x[s]);
-  }
   if (!slots.event_order.empty()) {
     u_min = u_max = time_units[slots.event_order[0]];
     for (const int32_t j : slots.event_order) {
@@ -490,11 +535,8 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   if (!build_time_phasors(u_min, u_max, freq_t_ptr, d, &time_phasors)) {
     time_phasors.table.clear();  // too long a span: direct sine/cosine
   }
-  PixelPhasors pixel;
-  pixel.d = d;
-  fill_axis_phasors(&pixel.column, x_low, x_high, width, freq_x_ptr, inv_radius, d);
-  fill_axis_phasors(&pixel.row, slots.slot_y[0], slots.slot_y[num_slots - 1], height,
-                    freq_y_ptr, inv_radius, d);
+  const PixelPhasors& pixel =
+      cached_pixel_phasors(width, height, pixel_radius, freq_x_ptr, freq_y_ptr, d);
 
   // 2. Q per slot of the needed rows.
   EncodeScratch& scratch = thread_scratch();

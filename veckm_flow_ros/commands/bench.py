@@ -15,6 +15,7 @@
 """veckm-flow bench: flows/s of the Algorithm-1 baseline and our CPU/CUDA ops (synthetic)."""
 
 import json
+import math
 import sys
 
 
@@ -49,7 +50,10 @@ def run(args) -> int:
         progress=lambda text: print(f'bench: {text}', file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps([{'impl': row.impl, 'radius': row.radius, 'workload': row.workload,
-                           'flows_per_s': row.flows_per_s, 'peak_mem_mb': row.peak_mem_mb}
+                           'flows_per_s': row.flows_per_s,
+                           'cpu_flows_per_s': (None if math.isnan(row.cpu_flows_per_s)
+                                               else row.cpu_flows_per_s),
+                           'peak_mem_mb': row.peak_mem_mb}
                           for row in rows]))
     else:
         print(f'torch {torch.__version__}, {torch.get_num_threads()} CPU threads')
