@@ -1,0 +1,376 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+"""
+veckm_flow_node over real DDS: sustained input rate, latency, CPU and memory.
+
+    .venv/bin/python benchmarks/bench_node.py --model PATH [--speeds 1 4 10] [--wall-s 3]
+
+For every (configuration, source, speed) it starts the node as its own process (the console
+script's main()), a publisher process that replays EventPackets paced by their sensor times
+divided by the speed factor and stamped with the wall clock at send time (as a driver stamps
+its packets), and subscribes here to ~/flow (raw CDR: only header stamp and point count are
+read) and /diagnostics. Sources:
+- `real`: the evt3 640x480 recording ../shared/data/recordings/py_test_events_1 (decoded once,
+  looped with continuous sensor time, re-encoded as evt3 packets of 1 ms);
+- `synthetic`: a 640x480 grating of straight edges translating at 300 px/s, `--synthetic-rate`
+  events/s at 1x (mono packets of 1 ms; a seamless period replayed by shifting time_base).
+Configurations: `every` (a flow for every event) and `stride8` (target_stride = 8).
+
+Columns: input M events/s offered (events published / publish wall time); M flows/s received
+(over the span of the output);
+drops = packets the node dropped (queue over capacity) + packets lost in DDS (seq gaps);
+latency p50/p99 = receive wall time - header.stamp of each ~/flow message (event time of the
+block's newest event mapped to ROS time, so tau + block + processing + transport); node CPU %
+(100 = one core) over the replay; node peak RSS (VmHWM, MiB); lag = how long flows kept coming
+after the input ended. "sustained" = no drops and lag < LAG_LIMIT_S (the node kept up).
+All three processes share this machine's cores: the node's numbers include that contention.
+"""
+
+import argparse
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RECORDING = ROOT.parent / 'shared' / 'data' / 'recordings' / 'py_test_events_1'
+NODE_NAME = 'veckm_flow_bench'
+WIDTH, HEIGHT = 640, 480
+PACKET_NS = 1_000_000
+LAG_LIMIT_S = 0.25
+CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
+
+
+# ------------------------------------------------------------------------------------------
+# Sources: lists of (sensor time of the packet [ns], encoding, payload bytes, time_base, events)
+
+
+def real_packets(loops: int):
+    """Decode the evt3 recording once and re-encode it `loops` times with continuous time."""
+    from veckm_flow_ros.bag import read_event_messages
+    from veckm_flow_ros.decode import PacketDecoder
+    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.packets import encode_packets
+    decoder = PacketDecoder()
+    chunks = [decoder.decode(m.msg.encoding, m.msg.events, m.msg.time_base, m.msg.width,
+                             m.msg.height).events for m in read_event_messages(RECORDING)]
+    events = EventArray.concatenate(chunks)
+    t_ns = events.t_ns - events.t_ns[0] + 100_000_000
+    period_ns = int(t_ns[-1]) + PACKET_NS
+    looped = EventArray(np.concatenate([t_ns + k * period_ns for k in range(loops)]),
+                        np.tile(events.x, loops), np.tile(events.y, loops),
+                        np.tile(events.p, loops))
+    return [(p.first_t_ns, 'evt3', p.data, p.time_base, p.num_events)
+            for p in encode_packets(looped, 'evt3', packet_duration_ns=PACKET_NS)]
+
+
+def grating_events(rate_events_s: float, speed_px_s: float = 300.0, angle_rad: float = 0.5):
+    """
+    One seamless period of a translating grating of edges: (EventArray, period_ns).
+
+    Each pixel fires when an edge passes: rate = W * H * speed / spacing, so the edge spacing
+    is chosen for rate_events_s; the period is a whole number of edge passages.
+    """
+    from veckm_flow_ros.events import EventArray
+    spacing_px = WIDTH * HEIGHT * speed_px_s / rate_events_s
+    crossings = max(1, int(round(1.0 * speed_px_s / spacing_px)))  # ~1 s of sensor time
+    period_s = crossings * spacing_px / speed_px_s
+    ys, xs = np.mgrid[0:HEIGHT, 0:WIDTH]
+    along = (xs * np.cos(angle_rad) + ys * np.sin(angle_rad)).ravel()
+    first_s = np.mod(along, spacing_px) / speed_px_s
+    t_s = (first_s[:, None] + np.arange(crossings)[None, :] * spacing_px / speed_px_s).ravel()
+    rng = np.random.default_rng(0)
+    t_s = np.mod(t_s + rng.uniform(0, 2e-4, len(t_s)), period_s)
+    order = np.argsort(t_s, kind='stable')
+    pixel = np.repeat(np.arange(WIDTH * HEIGHT), crossings)[order]
+    events = EventArray(np.round(t_s[order] * 1e9).astype(np.int64), pixel % WIDTH,
+                        pixel // WIDTH, np.ones(len(order), np.uint8))
+    return events, int(round(period_s * 1e9))
+
+
+def synthetic_packets(rate_events_s: float, sensor_s: float):
+    from veckm_flow_ros.packets import encode_packets
+    events, period_ns = grating_events(rate_events_s)
+    base = encode_packets(events, 'mono', packet_duration_ns=PACKET_NS)
+    packets = []
+    loops = int(np.ceil(sensor_s * 1e9 / period_ns))
+    for k in range(loops):
+        shift = 100_000_000 + k * period_ns
+        packets += [(p.first_t_ns + shift, 'mono', p.data, p.time_base + shift, p.num_events)
+                    for p in base]
+    return packets
+
+
+# ------------------------------------------------------------------------------------------
+# Publisher process
+
+
+def run_publisher(args):
+    """Publish the source at args.speed, paced by sensor time; print a summary line."""
+    import rclpy
+    from event_camera_msgs.msg import EventPacket
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    sensor_s = args.speed * args.wall_s
+    if args.source == 'real':
+        one_loop_s = 2.2
+        packets = real_packets(int(np.ceil(sensor_s / one_loop_s)))
+    else:
+        packets = synthetic_packets(args.synthetic_rate, sensor_s)
+    t_end = packets[0][0] + int(sensor_s * 1e9)
+    packets = [p for p in packets if p[0] < t_end]
+    messages = []
+    for seq, (_, encoding, data, time_base, _) in enumerate(packets):
+        msg = EventPacket()
+        msg.header.frame_id = 'bench_camera'
+        msg.width, msg.height = WIDTH, HEIGHT
+        msg.encoding, msg.time_base, msg.seq = encoding, int(time_base), seq
+        msg.events = data
+        messages.append(msg)
+    rclpy.init()
+    try:
+        node = rclpy.create_node('bench_publisher')
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                         reliability=ReliabilityPolicy.BEST_EFFORT,
+                         durability=DurabilityPolicy.VOLATILE)
+        publisher = node.create_publisher(EventPacket, f'/{NODE_NAME}/events', qos)
+        deadline = time.monotonic() + 60
+        while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        clock = node.get_clock()
+        t0_sensor = packets[0][0]
+        start = time.perf_counter()
+        for (t_sensor, *_), msg in zip(packets, messages):
+            due = start + (t_sensor - t0_sensor) * 1e-9 / args.speed
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            msg.header.stamp = clock.now().to_msg()
+            publisher.publish(msg)
+        elapsed = time.perf_counter() - start
+        end_ns = time.time_ns()
+        events = sum(p[4] for p in packets)
+        print(f'PUBLISHED {len(packets)} {events} {elapsed:.6f} {end_ns}', flush=True)
+        time.sleep(0.2)
+        node.destroy_node()
+    finally:
+        rclpy.shutdown()
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# Measurement (this process)
+
+
+def _cloud_stamp_and_width(raw: bytes):
+    """Header stamp [ns] and point count of a serialized PointCloud2 (CDR, little endian)."""
+    sec, nanosec, name_len = struct.unpack_from('<iII', raw, 4)
+    offset = 4 + ((12 + name_len + 3) & ~3)
+    _, width = struct.unpack_from('<II', raw, offset)
+    return sec * 1_000_000_000 + nanosec, width
+
+
+def _proc_cpu_s(pid: int) -> float:
+    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def _proc_peak_rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f'/proc/{pid}/status').read_text().splitlines():
+        if line.startswith('VmHWM:'):
+            return int(line.split()[1]) / 1024
+    return float('nan')
+
+
+class Probe:
+    """Subscriber of ~/flow (raw) and /diagnostics in this process, spun by a thread."""
+
+    def __init__(self):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import PointCloud2
+        self.node = rclpy.create_node('bench_probe')
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.records = []  # (receive wall ns, stamp ns, flows)
+        self.diagnostics = {}
+        self.node.create_subscription(PointCloud2, f'/{NODE_NAME}/flow', self._on_flow, qos,
+                                      raw=True)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics,
+                                      10)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def _on_flow(self, raw):
+        now_ns = time.time_ns()
+        stamp_ns, width = _cloud_stamp_and_width(raw)
+        self.records.append((now_ns, stamp_ns, width))
+
+    def _on_diagnostics(self, msg):
+        for status in msg.status:
+            if status.name.startswith(NODE_NAME):
+                self.diagnostics = {kv.key: kv.value for kv in status.values}
+
+    def close(self):
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
+    env = dict(os.environ)
+    node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
+                'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
+                '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5',
+                '-p', f'block_ms:={args.block_ms}',
+                '-p', f'torch_threads:={args.torch_threads}']
+    for name, value in CONFIGS[config_name].items():
+        node_cmd += ['-p', f'{name}:={value}']
+    node = subprocess.Popen(node_cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    publisher = None
+    try:
+        deadline = time.monotonic() + 60
+        while probe.node.count_publishers(f'/{NODE_NAME}/flow') == 0:
+            if node.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f'node did not start: {node.stderr.read()}')
+            time.sleep(0.1)
+        probe.records.clear()
+        probe.diagnostics = {}
+        publisher = subprocess.Popen(
+            [sys.executable, __file__, '--role', 'publisher', '--source', source,
+             '--speed', str(speed), '--wall-s', str(args.wall_s),
+             '--synthetic-rate', str(args.synthetic_rate)],
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        # CPU is counted from the first packet received to the end of the output.
+        while not probe.records and publisher.poll() is None:
+            time.sleep(0.01)
+        cpu_start, wall_start = _proc_cpu_s(node.pid), time.perf_counter()
+        out, _ = publisher.communicate(timeout=600)
+        line = [x for x in out.splitlines() if x.startswith('PUBLISHED')][0].split()
+        packets, events, publish_s = int(line[1]), int(line[2]), float(line[3])
+        publish_end_ns = int(line[4])
+        count = -1
+        while len(probe.records) != count:  # wait until the output stops
+            count = len(probe.records)
+            time.sleep(1.0)
+        cpu_s, wall_s = _proc_cpu_s(node.pid) - cpu_start, time.perf_counter() - wall_start - 1.0
+        time.sleep(0.6)  # one more diagnostics period for the final totals
+        records = np.array(probe.records, dtype=np.int64).reshape(-1, 3)
+        latency_ms = (records[:, 0] - records[:, 1]) * 1e-6
+        diagnostics = probe.diagnostics
+        dropped = int(diagnostics.get('dropped packets (total)', -1))
+        lost = int(diagnostics.get('packets lost upstream (total)', -1))
+        flows = int(records[:, 2].sum())
+        span_s = (records[-1, 0] - records[0, 0]) * 1e-9 if len(records) > 1 else float('nan')
+        return {
+            'config': config_name, 'source': source, 'speed': speed,
+            'input_events_s': events / publish_s, 'packets': packets, 'events': events,
+            'flows': flows, 'flows_s': flows / max(span_s, 1e-9),
+            # How long the output went on after the input stopped: > tau + ~0.1 s = lagging.
+            'lag_s': (records[-1, 0] - publish_end_ns) * 1e-9 if len(records) else float('nan'),
+            'dropped': dropped, 'lost': lost,
+            'p50_ms': float(np.percentile(latency_ms, 50)) if len(records) else float('nan'),
+            'p99_ms': float(np.percentile(latency_ms, 99)) if len(records) else float('nan'),
+            'cpu_percent': 100 * cpu_s / max(wall_s, 1e-9),
+            'rss_mib': _proc_peak_rss_mib(node.pid),
+        }
+    finally:
+        if publisher is not None and publisher.poll() is None:
+            publisher.kill()
+        node.terminate()
+        try:
+            node.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            node.kill()
+
+
+def print_table(rows):
+    header = (f'{"config":8} {"source":9} {"speed":>5} {"in Mev/s":>9} {"Mflow/s":>8} '
+              f'{"drops":>11} {"p50 ms":>7} {"p99 ms":>7} {"lag s":>6} {"CPU %":>6} '
+              f'{"RSS MiB":>8} sustained')
+    print(header)
+    print('-' * len(header))
+    for r in rows:
+        drops = f'{r["dropped"]}+{r["lost"]}'
+        sustained = ('yes' if r['dropped'] == 0 and r['lost'] == 0 and r['flows']
+                     and r['lag_s'] < LAG_LIMIT_S else 'NO')
+        print(f'{r["config"]:8} {r["source"]:9} {r["speed"]:>4g}x '
+              f'{r["input_events_s"] / 1e6:>9.2f} {r["flows_s"] / 1e6:>8.2f} {drops:>11} '
+              f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["lag_s"]:>6.2f} {r["cpu_percent"]:>6.0f} '
+              f'{r["rss_mib"]:>8.0f} {sustained}')
+    print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '
+          f'lag = output time after the input ended; sustained = no drops and lag < '
+          f'{LAG_LIMIT_S} s')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
+    parser.add_argument('--role', choices=('main', 'publisher'), default='main')
+    parser.add_argument('--model', help='model for the node (path or shipped name)')
+    parser.add_argument('--configs', nargs='+', default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument('--sources', nargs='+', default=['real', 'synthetic'],
+                        choices=('real', 'synthetic'))
+    parser.add_argument('--speeds', nargs='+', type=float, default=[1.0, 4.0, 10.0])
+    parser.add_argument('--wall-s', type=float, default=3.0,
+                        help='seconds of wall time each replay lasts')
+    parser.add_argument('--synthetic-rate', type=float, default=5e5,
+                        help='events/s of the synthetic source at 1x')
+    parser.add_argument('--block-ms', type=float, default=5.0)
+    parser.add_argument('--torch-threads', type=int, default=0)
+    parser.add_argument('--source', help=argparse.SUPPRESS)
+    parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.role == 'publisher':
+        return run_publisher(args)
+    if not args.model:
+        parser.error('--model is required (e.g. ../shared/data/veckm_flow_cpp_models/'
+                     '640x480_32ms_C64_k8)')
+    os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 50))
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    import rclpy
+    rclpy.init()
+    rows = []
+    try:
+        probe = Probe()
+        for config_name in args.configs:
+            for source in args.sources:
+                for speed in args.speeds:
+                    row = measure(args, config_name, source, speed, probe)
+                    rows.append(row)
+                    if os.environ.get("BENCH_DEBUG"):
+                        print(row, file=sys.stderr)
+                    print(f'{config_name} {source} {speed:g}x: '
+                          f'{row["input_events_s"] / 1e6:.2f} M ev/s in, '
+                          f'{row["flows_s"] / 1e6:.2f} M flows/s, drops {row["dropped"]}+'
+                          f'{row["lost"]}, p99 {row["p99_ms"]:.0f} ms', file=sys.stderr)
+        probe.close()
+    finally:
+        rclpy.shutdown()
+    print_table(rows)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
