@@ -441,3 +441,14 @@ def test_flow_image_only_while_subscribed(harness_factory):
     rendered = harness.node.stats.totals['images']
     harness.spin_for(0.5)
     assert harness.node.stats.totals['images'] == rendered
+
+
+def test_only_the_image_scale_changes_at_run_time(harness_factory):
+    harness = harness_factory()
+    node = harness.node
+    result = node.set_parameters([Parameter('image_max_speed_px_s', value=500.0)])[0]
+    assert result.successful and node.config['image_max_speed_px_s'] == 500.0
+    for name, value in (('block_ms', 2.0), ('model', 'other'), ('image_rate_hz', 5.0)):
+        assert not node.set_parameters([Parameter(name, value=value)])[0].successful, name
+    assert not node.set_parameters([Parameter('image_max_speed_px_s', value=-1.0)])[0].successful
+    assert node.config['block_ms'] == 5.0 and node.config['image_max_speed_px_s'] == 500.0

@@ -22,15 +22,18 @@ Subscriptions
 Publications (reliable, volatile; keep last 100 for ~/flow, 10 for the others)
     ~/flow         sensor_msgs/msg/PointCloud2   one point per flow, float32 fields
                    x, y [px], t [s, relative to header.stamp, <= 0], u, v [px/s, x right,
-                   y down], + confidence [0..1] when publish_confidence; header.stamp = ROS
-                   time of the newest event of the block, frame_id copied from the input.
+                   y down], + confidence [0..1] when publish_confidence (NaN while the
+                   estimator gives none); header.stamp = ROS time (via the smoothed
+                   sensor->ROS offset) of the newest flow's event of the block; frame_id
+                   copied from the input. One message per block; invalid flows are left out.
     ~/flow_image   sensor_msgs/msg/Image bgr8 at image_rate_hz, only while subscribed:
                    hue = flow direction, brightness = speed, black = no flow, legend wheel.
     /diagnostics   diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s: input
                    events/s, flows/s, latency p50/p99 [ms] (event time -> publish), seq gaps,
                    dropped packets, decode problems, queue fill.
 
-Parameters (see PARAMETERS below for types, ranges and defaults; config/veckm_flow.yaml)
+Parameters (see PARAMETERS below for types, ranges and defaults; config/veckm_flow.yaml;
+all read-only except image_max_speed_px_s)
     model [path or shipped name]  device [cpu|cuda]  pixel_radius [px]  tau_ms [ms]
     block_ms [ms]  causal  target_stride [events]  max_flows_per_block [flows]
     max_queued_events [events]  max_buffered_events [events]  torch_threads
@@ -40,8 +43,10 @@ Parameters (see PARAMETERS below for types, ranges and defaults; config/veckm_fl
 Threads: the executor thread only copies references of received packets into a bounded queue
 (and runs the image/diagnostics timers); one worker thread decodes, runs the estimator and
 publishes. Memory is bounded: the packet queue holds at most max_queued_events estimated events
-(payload <= 8 bytes x max_queued_events) and MAX_QUEUED_PACKETS packets; the estimator keeps at
-most max_buffered_events events; the image keeps at most IMAGE_MAX_FLOWS flows.
+(payload <= 8 bytes x max_queued_events: 80 MB by default, 20 MB for evt3) and
+MAX_QUEUED_PACKETS packets; the estimator keeps at most max_buffered_events events (~21 bytes
+each: 84 MB by default); the image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at
+most 1000 received messages.
 """
 
 import collections
@@ -56,7 +61,8 @@ from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from event_camera_msgs.msg import EventPacket
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
+                                SetParametersResult)
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -133,12 +139,12 @@ PARAMETERS = (
     ParameterSpec('torch_threads', 0, 'Torch intra-op threads for the worker; 0 = torch '
                   'default.', (0, 256), read_only=True),
     ParameterSpec('image_rate_hz', 25.0, 'Rate of ~/flow_image [Hz] while subscribed; 0 = '
-                  'never publish images.', (0.0, 200.0)),
+                  'never publish images.', (0.0, 200.0), read_only=True),
     ParameterSpec('image_max_speed_px_s', 0.0, 'Flow speed shown at full brightness in '
                   '~/flow_image [px/s]; 0 = automatic (a round number above the 95th '
                   'percentile of the shown speeds).', (0.0, 1.0e6)),
     ParameterSpec('publish_confidence', False, 'Add a float32 confidence field [0..1] to '
-                  '~/flow (needs a model with a confidence output).', read_only=True),
+                  '~/flow (NaN where the estimator gives no confidence).', read_only=True),
     ParameterSpec('diagnostics_period_s', 1.0, 'Period of /diagnostics and of the status log '
                   'line [s].', (0.1, 60.0), read_only=True),
 )
@@ -367,6 +373,8 @@ class VecKMFlowNode(Node):
         self.config = {spec.name: self.declare_parameter(spec.name, spec.default,
                                                          _descriptor(spec)).value
                        for spec in PARAMETERS}
+        # The only parameter that may change at run time (rclpy enforces read_only and ranges).
+        self.add_on_set_parameters_callback(self._on_set_parameters)
         self._setup_pipeline()
         self.stats = Statistics()
         self.queue = PacketQueue(self.config['max_queued_events'])
@@ -400,6 +408,12 @@ class VecKMFlowNode(Node):
             f'device {self.config["device"]}, block {self.config["block_ms"]:g} ms, '
             f'{"causal" if self.config["causal"] else "centred"} context, target stride '
             f'{self.config["target_stride"]}, queue {self.config["max_queued_events"]} events')
+
+    def _on_set_parameters(self, parameters):
+        for parameter in parameters:
+            if parameter.name in self.config:
+                self.config[parameter.name] = parameter.value
+        return SetParametersResult(successful=True)
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -683,10 +697,13 @@ class VecKMFlowNode(Node):
 
     def stop_worker(self, timeout_s: float = 5.0):
         """Stop the worker thread (idempotent); call before destroy_node."""
+        worker = getattr(self, '_worker', None)
+        if worker is None:
+            return  # construction failed before the worker existed (rclpy may still clean up)
         self._stop.set()
         self.queue.wake()
-        if self._worker.is_alive():
-            self._worker.join(timeout_s)
+        if worker.is_alive():
+            worker.join(timeout_s)
 
     def destroy_node(self):
         self.stop_worker()
