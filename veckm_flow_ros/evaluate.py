@@ -282,6 +282,7 @@ def plot_error_vs_speed(report: Report, path, title: str = '') -> None:
         top.plot(centre, [100 * row['rel_pee'] for row in rows], marker='o', label=method)
         bottom.plot(centre, [100 * row['pos'] for row in rows], marker='o', label=method)
     top.set_ylabel('relative PEE [%]')
+    top.set_yscale('log')
     bottom.set_ylabel('%Pos')
     bottom.set_xlabel('ground-truth speed |u| [px/s]')
     bottom.set_xscale('log')

@@ -1,0 +1,212 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Accuracy of the shipped models against the published weights and plane fitting.
+
+    .venv/bin/python benchmarks/eval_models.py [--published DIR] [--out DIR] [--count 12]
+
+1. Held-out synthetic set (evaluate.heldout_sequences: textures and motions never used in
+   training, DAVIS346 size): %Pos, PEE, relative PEE, coverage per method, pooled over events
+   and averaged over sequences; the same on the events plane fitting covers; error vs speed
+   plot.
+2. Confidence: metrics of the most confident fraction of the flows (rotation ensemble).
+3. Real recordings (../shared/data/recordings, no ground truth): share of events on which our
+   flow and the published model's flow point into the same half-plane (n_ours . n_pub > 0)
+   and lie within 45 degrees; also on the events where both models' rotation-ensemble
+   confidences reach 0.3 / 0.5 (structure rather than background noise).
+
+The published weights (CC BY-NC) are only read from --published; nothing of them is stored.
+Prints tables; with --out also writes results.json and speed.png.
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+import torch
+
+from veckm_flow_ros import evaluate, metrics
+from veckm_flow_ros.model import list_shipped_models, load_model
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / 'shared' / 'data'
+# Our shipped model -> the published model with the same radius and time slice.
+PAIRS = {'veckm_r8_tau16ms': '640x480_32ms_C64_k8', 'veckm_r10_tau12ms': '640x480_24ms_C64_k10'}
+RECORDINGS = ('py_test_events_1', 'py_test_events_2', 'codecs_test_data_libcaer_rollover')
+CONFIDENCE_SPLITS = (0.3, 0.5)
+
+
+def _log(message):
+    print(message, flush=True)
+
+
+def decode_recording(path, max_events):
+    """Return (EventArray of the first max_events CD events, width, height)."""
+    from veckm_flow_ros.bag import EventBag
+    from veckm_flow_ros.decode import PacketDecoder
+    from veckm_flow_ros.events import EventArray
+    decoder = PacketDecoder()
+    parts, total, size = [], 0, None
+    with EventBag(path) as bag:
+        for item in bag.messages():
+            result = decoder.decode_message(item.msg)
+            size = (int(item.msg.width), int(item.msg.height))
+            if len(result.events):
+                parts.append(result.events)
+                total += len(result.events)
+            if total >= max_events:
+                break
+    events = EventArray.concatenate(parts)[:max_events]
+    order = np.argsort(events.t_ns, kind='stable')
+    return events[order], size[0], size[1]
+
+
+def real_agreement(ours, published, recordings_dir, max_events):
+    """Per recording: share of events where both flows agree in direction."""
+    from veckm_flow_ros.simulate import SimulatedSequence
+    rows = {}
+    for name in RECORDINGS:
+        path = recordings_dir / name
+        if not path.exists():
+            continue
+        events, width, height = decode_recording(path, max_events)
+        sequence = SimulatedSequence(events, np.full((len(events), 2), np.nan, np.float32),
+                                     np.zeros(len(events), bool), width, height)
+        # The plain flows are those of a run without confidence; the confidences split the
+        # events into structured ones (both models confident) and the rest (mostly noise).
+        mine = evaluate.predict_with_estimator(ours, sequence, with_confidence=True)
+        theirs = evaluate.predict_with_estimator(published, sequence, with_confidence=True)
+        a, b = mine.flow_px_s, theirs.flow_px_s
+        na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+        scored = np.isfinite(na) & np.isfinite(nb) & (na > 0) & (nb > 0)
+        cosine = np.einsum('ij,ij->i', a, b) / np.maximum(na * nb, 1e-12)
+        row = {'events': int(len(events)), 'size': [width, height],
+               'agree_half_plane': float(np.mean(cosine[scored] > 0)),
+               'agree_45deg': float(np.mean(cosine[scored] > np.cos(np.pi / 4))),
+               'median_speed_ratio': float(np.median(na[scored] / nb[scored]))}
+        for threshold in CONFIDENCE_SPLITS:
+            confident = scored & (mine.confidence >= threshold) \
+                & (theirs.confidence >= threshold)
+            row[f'both_confidence_{threshold}'] = {
+                'share': float(confident.mean()),
+                'agree_half_plane': float(np.mean(cosine[confident] > 0))
+                if confident.any() else float('nan')}
+        rows[name] = row
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--published', type=pathlib.Path,
+                        default=SHARED / 'veckm_flow_cpp_models',
+                        help='folder holding the published 640x480_*ms_C64_k* folders')
+    parser.add_argument('--recordings', type=pathlib.Path, default=SHARED / 'recordings')
+    parser.add_argument('--count', type=int, default=12, help='held-out sequences')
+    parser.add_argument('--duration-s', type=float, default=0.15)
+    parser.add_argument('--real-events', type=int, default=300_000,
+                        help='events per real recording')
+    parser.add_argument('--models', nargs='*', default=None,
+                        help='shipped model names or checkpoint paths (default: all shipped)')
+    parser.add_argument('--out', type=pathlib.Path, default=None)
+    parser.add_argument('--threads', type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.published.is_dir():
+        print(f'published weights not found at {args.published}; pass --published',
+              file=sys.stderr)
+        return 1
+    names = args.models or list_shipped_models()
+    ours = {pathlib.Path(name).stem: load_model(name) for name in names}
+    published = {folder: load_model(args.published / folder)
+                 for folder in sorted(set(PAIRS.values()))
+                 if (args.published / folder).is_dir()}
+    results = {}
+
+    start = time.perf_counter()
+    sequences = evaluate.heldout_sequences(args.count, duration_s=args.duration_s)
+    _log(f'held-out set: {len(sequences)} sequences, '
+         f'{sum(len(s) for s in sequences.values())} events '
+         f'({time.perf_counter() - start:.0f} s to simulate)')
+    methods = {name: evaluate.model_method(model) for name, model in ours.items()}
+    methods.update({f'published {name}': evaluate.model_method(model)
+                    for name, model in published.items()})
+    methods['plane fit'] = evaluate.planefit_method()
+    report = evaluate.evaluate(methods, sequences, log=_log)
+    _log('\n' + report.table())
+    results['heldout'] = {'pooled': report.overall(), 'sequence_mean': report.sequence_mean(),
+                          'per_sequence': {name: acc.per_sequence()
+                                           for name, acc in report.accumulators.items()}}
+
+    # The same scores on the events plane fitting gives a flow for (its own coverage).
+    plane_flow, _, gt = report.pooled('plane fit')
+    covered = np.isfinite(plane_flow).all(1)
+    on_plane = {name: metrics.flow_metrics(report.pooled(name)[0], gt, covered)
+                for name in methods}
+    _log('\n' + metrics.format_table(on_plane, title='on plane-fit-covered events'))
+    results['heldout_planefit_covered'] = on_plane
+
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        evaluate.plot_error_vs_speed(report, args.out / 'speed.png',
+                                     title='held-out synthetic set')
+
+    # Confidence curve of each of our models.
+    results['confidence'] = {}
+    for name, model in ours.items():
+        method = evaluate.model_method(model, with_confidence=True)
+        flows, scores = [], []
+        for sequence in sequences.values():
+            prediction = method(sequence)
+            flows.append(prediction.flow_px_s)
+            scores.append(prediction.confidence)
+        curve = evaluate.confidence_curve(np.concatenate(flows), np.concatenate(scores), gt)
+        results['confidence'][name] = curve
+        _log(f'\nconfidence filter, {name}:')
+        for row in curve:
+            _log(f'  keep {100 * row["keep"]:5.1f}%  (confidence >= {row["min_confidence"]:.3f})'
+                 f'  %Pos {100 * row["pos"]:6.2f}  relPEE {100 * row["rel_pee"]:6.2f}%  '
+                 f'PEE {row["pee_px_s"]:7.2f} px/s')
+
+    if args.recordings.is_dir():
+        results['real'] = {}
+        for name, model in ours.items():
+            partner = PAIRS.get(name)
+            if partner not in published:
+                continue
+            rows = real_agreement(model, published[partner], args.recordings, args.real_events)
+            results['real'][name] = rows
+            _log(f'\nreal recordings, {name} vs published {partner}:')
+            for recording, row in rows.items():
+                _log(f'  {recording:<36} {row["events"]:>8} events  same half-plane '
+                     f'{100 * row["agree_half_plane"]:6.2f}%  within 45 deg '
+                     f'{100 * row["agree_45deg"]:6.2f}%  speed ratio '
+                     f'{row["median_speed_ratio"]:.2f}')
+                for threshold in CONFIDENCE_SPLITS:
+                    split = row[f'both_confidence_{threshold}']
+                    _log(f'    both confidences >= {threshold}: {100 * split["share"]:5.1f}% of '
+                         f'events, same half-plane {100 * split["agree_half_plane"]:6.2f}%')
+    if args.out:
+        (args.out / 'results.json').write_text(json.dumps(results, indent=1))
+        _log(f'\nwrote {args.out / "results.json"} and {args.out / "speed.png"}')
+    _log(f'total {time.perf_counter() - start:.0f} s')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
