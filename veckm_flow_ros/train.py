@@ -29,8 +29,8 @@ Recipe (DESIGN §2.6), in three cached stages under a work directory:
    themselves), and the ground-truth flow is transformed with it;
 3. MLP: the paper's shape (2D -> H -> H -> 2, ReLU, no biases), trained on the bank with the
    generalized-normal-flow loss, uniform batches (weighted_sampling=True draws them with
-   inverse-density weights again), AdamW with cosine decay. The state (weights, optimiser, epoch) is checkpointed after every epoch;
-   `resume` continues bit-identically.
+   inverse-density weights again), AdamW with cosine decay. The state (weights, optimiser,
+   epoch) is checkpointed after every epoch; `resume` continues bit-identically.
 
 Random frequencies are 5 x the standard-normal quantiles at (k + 0.5) / D, shuffled
 independently for T, X and Y with the seed, and saved with the model. The MLP predicts flow
@@ -313,6 +313,7 @@ def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resu
     optimizer = torch.optim.AdamW(mlp.parameters(), lr=recipe.learning_rate,
                                   weight_decay=recipe.weight_decay)
     total_steps = recipe.epochs * recipe.batches_per_epoch
+
     def cosine(step):
         return 0.5 * (1 + math.cos(math.pi * min(step, total_steps) / total_steps))
 
