@@ -71,7 +71,7 @@ setup(
     packages=find_packages(exclude=['test']),
     ext_modules=[_extension()],
     cmdclass={'build_ext': cpp_extension.BuildExtension.with_options(no_python_abi_suffix=False)},
-    package_data={PACKAGE_NAME: ['models/*.npz', 'models/*.json', 'data/*']},
+    package_data={PACKAGE_NAME: ['models/*.npz', 'models/DEFAULT', 'models/*.md', 'data/*']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE_NAME]),
         ('share/' + PACKAGE_NAME, ['package.xml']),
