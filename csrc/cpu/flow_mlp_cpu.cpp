@@ -127,30 +127,46 @@ __attribute__((target("avx2,fma"))) inline void relu_block(const float* a, int64
   if constexpr (kRows > 5) store_relu(c + 5 * ldc, c50, c51);
 }
 
-// out[0:rows, 0:n] = relu(a[0:rows, 0:k] @ b[0:k, 0:n]); n a multiple of 16. Column panels
-// outermost so that each 16-column panel of b stays in L1 across the row blocks.
+// Weights (k, n) repacked as n / 16 contiguous panels of (k, 16): a panel is read with unit
+// stride (row-major rows 512 B apart would map a whole panel onto a few L1 sets).
+std::vector<float> pack_panels(const float* weights, int64_t k_count, int64_t n) {
+  std::vector<float> packed(k_count * n);
+  for (int64_t panel = 0; panel < n / kBlockColumns; ++panel) {
+    for (int64_t k = 0; k < k_count; ++k) {
+      std::copy(weights + k * n + panel * kBlockColumns,
+                weights + k * n + (panel + 1) * kBlockColumns,
+                packed.data() + (panel * k_count + k) * kBlockColumns);
+    }
+  }
+  return packed;
+}
+
+// out[0:rows, 0:n] = relu(a[0:rows, 0:k] @ b); b packed by pack_panels, n a multiple of 16.
+// Column panels outermost so that each panel stays in L1 across the row blocks.
 __attribute__((target("avx2,fma"))) void relu_layer(const float* a, int64_t lda, int64_t rows,
-                                                    const float* b, int64_t k_count,
+                                                    const float* packed, int64_t k_count,
                                                     int64_t n, float* out, int64_t ldo) {
   for (int64_t column = 0; column < n; column += kBlockColumns) {
+    const float* b = packed + column * k_count;
     int64_t row = 0;
     for (; row + kBlockRows <= rows; row += kBlockRows) {
-      relu_block<6>(a + row * lda, lda, b + column, n, k_count, out + row * ldo + column, ldo);
+      relu_block<6>(a + row * lda, lda, b, kBlockColumns, k_count, out + row * ldo + column,
+                    ldo);
     }
     const float* a_rest = a + row * lda;
     float* out_rest = out + row * ldo + column;
     switch (rows - row) {
-      case 5: relu_block<5>(a_rest, lda, b + column, n, k_count, out_rest, ldo); break;
-      case 4: relu_block<4>(a_rest, lda, b + column, n, k_count, out_rest, ldo); break;
-      case 3: relu_block<3>(a_rest, lda, b + column, n, k_count, out_rest, ldo); break;
-      case 2: relu_block<2>(a_rest, lda, b + column, n, k_count, out_rest, ldo); break;
-      case 1: relu_block<1>(a_rest, lda, b + column, n, k_count, out_rest, ldo); break;
+      case 5: relu_block<5>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
+      case 4: relu_block<4>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
+      case 3: relu_block<3>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
+      case 2: relu_block<2>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
+      case 1: relu_block<1>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
       default: break;
     }
   }
 }
 
-// Rows [begin, end) of the MLP; w3_t is w3 transposed (2, H) so the last layer is two dots.
+// Rows [begin, end) of the MLP; w1, w2 packed by pack_panels; w3_t is w3 transposed (2, H) so the last layer is two dots.
 __attribute__((target("avx2,fma"))) void flow_mlp_rows(const float* features, int64_t in_size,
                                                        const float* w1, const float* w2,
                                                        const float* w3_t, int64_t hidden,
@@ -214,8 +230,10 @@ at::Tensor flow_mlp_cpu(const at::Tensor& features_in, const at::Tensor& w1_in,
     const auto w3_t = w3.t().contiguous();
     const int64_t in_size = features.size(1);
     const float* features_ptr = features.data_ptr<float>();
-    const float* w1_ptr = w1.data_ptr<float>();
-    const float* w2_ptr = w2.data_ptr<float>();
+    const std::vector<float> w1_packed = pack_panels(w1.data_ptr<float>(), in_size, hidden);
+    const std::vector<float> w2_packed = pack_panels(w2.data_ptr<float>(), hidden, hidden);
+    const float* w1_ptr = w1_packed.data();
+    const float* w2_ptr = w2_packed.data();
     const float* w3_t_ptr = w3_t.data_ptr<float>();
     float* flow_ptr = flow.data_ptr<float>();
     const auto scale = static_cast<float>(flow_scale);
