@@ -20,9 +20,9 @@ veckm_flow_node over real DDS: sustained input rate, latency, CPU and memory.
 
 For every (configuration, source, speed) it starts the node as its own process (the console
 script's main()), a publisher process that replays EventPackets paced by their sensor times
-divided by the speed factor and stamped with the wall clock at send time (as a driver stamps
-its packets), and subscribes here to ~/flow (raw CDR: only header stamp and point count are
-read) and /diagnostics. Sources:
+divided by the speed factor and stamped at sensor pace from the wall clock at its start (at 1x
+that is what a driver stamps), and subscribes here to ~/flow (raw CDR: only header stamp and
+point count are read) and /diagnostics. Sources:
 - `real`: the evt3 640x480 recording ../shared/data/recordings/py_test_events_1 (decoded once,
   looped with continuous sensor time, re-encoded as evt3 packets of 1 ms);
 - `synthetic`: a 640x480 grating of straight edges translating at 300 px/s, `--synthetic-rate`
@@ -32,8 +32,9 @@ Configurations: `every` (a flow for every event) and `stride8` (target_stride = 
 Columns: input M events/s offered (events published / publish wall time); M flows/s received
 (over the span of the output);
 drops = packets the node dropped (queue over capacity) + packets lost in DDS (seq gaps);
-latency p50/p99 = receive wall time - header.stamp of each ~/flow message (event time of the
-block's newest event mapped to ROS time, so tau + block + processing + transport); node CPU %
+latency p50/p99 = receive wall time of each ~/flow message - wall time at which its newest
+flow's event was sent (the publisher stamps at sensor pace, so header.stamp maps back to the
+send time at any speed): tau + block + processing + transport; node CPU %
 (100 = one core) over the replay; node peak RSS (VmHWM, MiB); lag = how long flows kept coming
 after the input ended. "sustained" = no drops and lag < LAG_LIMIT_S (the node kept up).
 All three processes share this machine's cores: the node's numbers include that contention.
@@ -57,6 +58,7 @@ NODE_NAME = 'veckm_flow_bench'
 WIDTH, HEIGHT = 640, 480
 PACKET_NS = 1_000_000
 LAG_LIMIT_S = 0.25
+QUIET_S = 2.0
 CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
 
 
@@ -156,20 +158,24 @@ def run_publisher(args):
         while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)
-        clock = node.get_clock()
         t0_sensor = packets[0][0]
         start = time.perf_counter()
+        start_wall_ns = time.time_ns()
         for (t_sensor, *_), msg in zip(packets, messages):
             due = start + (t_sensor - t0_sensor) * 1e-9 / args.speed
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            msg.header.stamp = clock.now().to_msg()
+            # The camera's clock runs `speed` times faster than the wall: stamps keep the
+            # sensor's pace (a driver stamps arrival time), so sensor -> ROS time stays 1:1.
+            stamp_ns = start_wall_ns + (t_sensor - t0_sensor)
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
             publisher.publish(msg)
         elapsed = time.perf_counter() - start
         end_ns = time.time_ns()
         events = sum(p[4] for p in packets)
-        print(f'PUBLISHED {len(packets)} {events} {elapsed:.6f} {end_ns}', flush=True)
+        print(f'PUBLISHED {len(packets)} {events} {elapsed:.6f} {end_ns} {start_wall_ns}',
+              flush=True)
         time.sleep(0.2)
         node.destroy_node()
     finally:
@@ -270,15 +276,18 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         out, _ = publisher.communicate(timeout=600)
         line = [x for x in out.splitlines() if x.startswith('PUBLISHED')][0].split()
         packets, events, publish_s = int(line[1]), int(line[2]), float(line[3])
-        publish_end_ns = int(line[4])
+        publish_end_ns, start_wall_ns = int(line[4]), int(line[5])
         count = -1
-        while len(probe.records) != count:  # wait until the output stops
+        while len(probe.records) != count:  # wait until the output stops for QUIET_S
             count = len(probe.records)
-            time.sleep(1.0)
-        cpu_s, wall_s = _proc_cpu_s(node.pid) - cpu_start, time.perf_counter() - wall_start - 1.0
+            time.sleep(QUIET_S)
+        cpu_s = _proc_cpu_s(node.pid) - cpu_start
+        wall_s = time.perf_counter() - wall_start - QUIET_S
         time.sleep(0.6)  # one more diagnostics period for the final totals
         records = np.array(probe.records, dtype=np.int64).reshape(-1, 3)
-        latency_ms = (records[:, 0] - records[:, 1]) * 1e-6
+        # Wall time at which the block's newest flow event was sent (stamps run at sensor pace).
+        sent_ns = start_wall_ns + (records[:, 1] - start_wall_ns) / speed
+        latency_ms = (records[:, 0] - sent_ns) * 1e-6
         diagnostics = probe.diagnostics
         dropped = int(diagnostics.get('dropped packets (total)', -1))
         lost = int(diagnostics.get('packets lost upstream (total)', -1))

@@ -78,8 +78,11 @@ NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay ba
 # which over-estimates events for the 8-byte formats' triggers and evt3 time words (safe side).
 BYTES_PER_EVENT = {'evt3': 2, 'libcaer_cmp': 2, 'mono': 8, 'libcaer': 8, 'trigger': 8}
 MAX_QUEUED_PACKETS = 10000
-# The worker takes at most this many (estimated) events per estimator call: it bounds the
-# latency one batch adds and how long a shutdown waits for the worker.
+# The worker hands the estimator batches of about BATCH_BUDGET_S of its measured processing
+# time (blocks of a batch are published when the whole batch is done, so this bounds the
+# latency a batch adds), between MIN_ and MAX_BATCH_EVENTS estimated events.
+BATCH_BUDGET_S = 0.02
+MIN_BATCH_EVENTS = 2_000
 MAX_BATCH_EVENTS = 500_000
 # Sensor time may step back this much between packets without meaning a new stream.
 RESTART_TOLERANCE_NS = 100_000_000
@@ -497,12 +500,22 @@ class VecKMFlowNode(Node):
             import torch
             # Per thread: OpenMP thread counts are a property of the calling thread.
             torch.set_num_threads(self.config['torch_threads'])
+        batch_events = MIN_BATCH_EVENTS
+        recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
         while not self._stop.is_set():
-            packets = self.queue.take(timeout_s=0.05, max_events=MAX_BATCH_EVENTS)
+            packets = self.queue.take(timeout_s=0.05, max_events=batch_events)
             if not packets:
                 continue
+            start = time.perf_counter()
             try:
                 self._process(packets)
+                # Events per second of worker time (smoothed: a batch without a ready block
+                # is cheap) -> the next batch's size.
+                recent_events = 0.9 * recent_events + sum(p.estimated_events for p in packets)
+                recent_s = 0.9 * recent_s + (time.perf_counter() - start)
+                rate = recent_events / max(recent_s, 1e-6)
+                batch_events = int(min(max(rate * BATCH_BUDGET_S, MIN_BATCH_EVENTS),
+                                       MAX_BATCH_EVENTS))
             except Exception as error:  # noqa: B902 - the worker must survive and say why
                 self.stats.add(bad_packets=len(packets))
                 self.get_logger().error(
