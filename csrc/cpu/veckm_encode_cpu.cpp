@@ -12,17 +12,23 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// CPU kernels of the VecKM encoding ops (schemas and checks: ../veckm_encode.cpp; math:
-// ../veckm_math.h).
+// CPU kernel of the VecKM encoding op (schema and checks: ../veckm_encode.cpp; math:
+// ../veckm_math.h; the MLP op is in flow_mlp_cpu.cpp).
 //
 // encode, in four passes (cost O(N D + M D + rows x W D), independent of the radius r):
-//  1. group the in-image events by pixel (counting sort on the pixel id): "slots";
+//  1. group the in-image events by pixel (two counting sorts, by x then y: O(N + W + H)):
+//     "slots"; only slots within r rows of a target row are used below;
 //  2. Q_slot[k] = sum over its events of exp(i time phase) times exp(i pixel phase);
 //  3. for every row holding target pixels, slide a (2r+1)-row window of float64 column sums
 //     of Q down the image (adding entering rows, subtracting leaving ones), then slide a
 //     (2r+1)-column running sum along the row to each target pixel: the box sum, computed
 //     once per target *pixel*, in float64 so that add/subtract leaves no drift;
 //  4. per target event: multiply by exp(-i its time phase).
+// Phasors are not a sine/cosine per (event, channel): time phasors are a coarse table over the
+// call's time span (float64-wrapped entries) times a small-angle series, pixel phasors the
+// product of per-column and per-row tables (cached per thread for the same sensor and model);
+// both agree with the direct unit_phasor to ~2e-7. Large scratch buffers are reused per thread
+// (a streaming caller makes hundreds of calls per second; fresh pages fault).
 // Parallel over slots, bands of target rows and targets (at::parallel_for, OpenMP here).
 
 #include <ATen/ATen.h>
