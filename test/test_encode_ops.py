@@ -149,6 +149,19 @@ def test_absolute_timestamps_keep_precision(device):
 
 
 @DEVICES
+@pytest.mark.parametrize('span_ns', [2_000_000_000, 60_000_000_000])
+def test_long_time_spans(device, span_ns):
+    # The CPU kernel tabulates time phasors over the call's span: 2 s is a long table, 60 s
+    # exceeds its size limit and takes the direct sine/cosine path. Both must stay exact.
+    t_ns, x, y = _random_events(400, 20, 16, seed=9, span_ns=span_ns)
+    targets = torch.arange(0, 400, 3)
+    features, count, expected, expected_count = _encode_both(device, t_ns, x, y, targets, 20,
+                                                             16, 8)
+    assert torch.equal(count.long(), expected_count)
+    assert _relative_error(features, expected) <= 1e-4
+
+
+@DEVICES
 def test_uint16_coordinates_accepted(device):
     t_ns, x, y = _random_events(300, 40, 30, seed=8)
     targets = torch.arange(0, 300, 2)
