@@ -77,16 +77,16 @@ def test_colcon_build_installs_node_and_share_files(colcon_workspace):
     assert list((share / 'launch').glob('*.launch.py')), 'launch/*.launch.py not installed'
 
 
-def test_installed_node_starts_and_stops_cleanly(colcon_workspace, published_models_dir):
+def test_installed_node_starts_and_stops_cleanly(colcon_workspace):
     workspace, env = colcon_workspace
     install = workspace / 'install' / 'veckm_flow_ros'
     site_packages = next(install.glob('lib/python3*/site-packages'))
     env = dict(env, PYTHONPATH=f'{site_packages}{os.pathsep}{env.get("PYTHONPATH", "")}',
                ROS_DOMAIN_ID='87')
-    model = published_models_dir / '640x480_32ms_C64_k8'
+    # The default model: the shipped weights must be installed with the package.
     node = subprocess.Popen(
         [str(install / 'lib' / 'veckm_flow_ros' / 'veckm_flow_node'),
-         '--ros-args', '-p', f'model:={model}', '-r', '__node:=colcon_smoke'],
+         '--ros-args', '-r', '__node:=colcon_smoke'],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(6.0)
@@ -98,3 +98,4 @@ def test_installed_node_starts_and_stops_cleanly(colcon_workspace, published_mod
             node.kill()
     assert node.returncode == 0, f'node exit status {node.returncode}:\n{output}'
     assert 'Traceback' not in output, output
+    assert 'default shipped model' in output, f'the node did not load its default model:\n{output}'

@@ -19,4 +19,10 @@ Data flow: EventPacket bytes -> decode -> EventArray -> window/blocks -> encode 
 -> MLP -> flows -> publish / write / plot. Nothing outside `node` imports rclpy.
 """
 
+import os
+
 __version__ = '0.1.0'
+
+# OpenMP threads that spin while waiting cost 3-6x CPU time when the node's other threads (or
+# other processes) share the cores; torch reads this when it is first imported.
+os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
