@@ -86,7 +86,8 @@ def test_block_flows_equal_the_op_on_the_centred_context():
                              & (events.t_ns <= centre + 10_000_000))
     targets = np.searchsorted(context, block.event_index)
     features, count = ops.encode(
-        torch.from_numpy(events.t_ns[context]), torch.from_numpy(events.x[context].astype(np.int32)),
+        torch.from_numpy(events.t_ns[context]),
+        torch.from_numpy(events.x[context].astype(np.int32)),
         torch.from_numpy(events.y[context].astype(np.int32)), torch.from_numpy(targets),
         WIDTH, HEIGHT, model.freq_t, model.freq_x, model.freq_y, model.tau_s, model.pixel_radius)
     flow = model.predict_flow_px_s(features).numpy()
@@ -147,15 +148,15 @@ def test_events_outside_the_sensor_are_dropped():
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(width=0), 'width must be an integer in'),
-    (dict(block_s=0.0), r'block_s must be a duration in seconds in \(0, 1\]'),
-    (dict(target_stride=0), 'target_stride must be an integer in'),
-    (dict(max_flows_per_block=-1), 'max_flows_per_block must be'),
-    (dict(max_buffered_events=10), 'max_buffered_events must be'),
-    (dict(device='tpu'), 'device must be'),
+    ({'width': 0}, 'width must be an integer in'),
+    ({'block_s': 0.0}, r'block_s must be a duration in seconds in \(0, 1\]'),
+    ({'target_stride': 0}, 'target_stride must be an integer in'),
+    ({'max_flows_per_block': -1}, 'max_flows_per_block must be'),
+    ({'max_buffered_events': 10}, 'max_buffered_events must be'),
+    ({'device': 'tpu'}, 'device must be'),
 ])
 def test_parameter_validation(kwargs, message):
-    arguments = dict(model=tiny_model(), width=WIDTH, height=HEIGHT)
+    arguments = {'model': tiny_model(), 'width': WIDTH, 'height': HEIGHT}
     arguments.update(kwargs)
     with pytest.raises(ValueError, match=message):
         NormalFlowEstimator(**arguments)
@@ -215,3 +216,18 @@ def test_published_weights_on_a_moving_edge(published_models_dir, name):
             direction_errors.append(abs(error))
     assert 0.75 <= np.median(ratios) <= 1.35, ratios
     assert np.mean(direction_errors) <= 15, direction_errors
+
+
+def test_confidence_option_keeps_the_flows_and_adds_a_confidence():
+    events = random_stream(n=6000, duration_ns=40_000_000)
+    plain = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, target_stride=3)
+    with_confidence = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, target_stride=3,
+                                          confidence=True)
+    expected = FlowBlock.concatenate(plain.push(events) + plain.flush())
+    found = FlowBlock.concatenate(with_confidence.push(events) + with_confidence.flush())
+    assert expected.confidence is None
+    np.testing.assert_array_equal(found.u_px_s, expected.u_px_s)
+    np.testing.assert_array_equal(found.v_px_s, expected.v_px_s)
+    assert found.confidence.shape == found.u_px_s.shape
+    assert np.all((found.confidence >= 0) & (found.confidence <= 1))
+    assert found.confidence.std() > 0

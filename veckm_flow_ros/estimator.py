@@ -122,12 +122,14 @@ class NormalFlowEstimator:
     causal: past-only context (see module docstring). target_stride: every k-th event is a
     target (k >= 1). max_flows_per_block: cap on targets per block (0 = no cap).
     max_buffered_events: bound on buffered events; the oldest beyond it are dropped.
+    confidence: fill FlowBlock.confidence [0, 1] with the rotation-ensemble agreement
+    (confidence.predict_with_confidence; same flows, ~4x the encoding cost).
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
                  height: int, device: Union[str, torch.device] = 'cpu', block_s: float = 0.005,
                  causal: bool = False, target_stride: int = 1, max_flows_per_block: int = 0,
-                 max_buffered_events: int = 4_000_000):
+                 max_buffered_events: int = 4_000_000, confidence: bool = False):
         if not isinstance(model, VecKMFlowModel):
             model = load_model(model)
         self.width = _check_int('width', width, 1, 65536)
@@ -142,6 +144,7 @@ class NormalFlowEstimator:
                                               100_000_000)
         self.max_buffered_events = _check_int('max_buffered_events', max_buffered_events, 1000,
                                               1_000_000_000)
+        self.confidence = bool(confidence)
         self.device = _check_device(device)
         self.model = model.to(self.device)
         self.tau_ns = int(round(model.tau_s * 1e9))
@@ -269,7 +272,7 @@ class NormalFlowEstimator:
         context = np.flatnonzero(in_context)
         # Target positions within the context selection.
         target_in_context = np.searchsorted(context, targets)
-        flow = self._encode_and_predict(events[context], target_in_context)
+        flow, confidence = self._encode_and_predict(events[context], target_in_context)
         flow = flow.cpu().numpy()
         self.flows_out += len(targets)
         return FlowBlock(
@@ -280,18 +283,24 @@ class NormalFlowEstimator:
             u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
             v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
             t_newest_ns=int(self._newest_ns),
+            confidence=None if confidence is None else confidence.cpu().numpy(),
         )
 
-    def _encode_and_predict(self, context: EventArray, targets: np.ndarray) -> torch.Tensor:
+    def _encode_and_predict(self, context: EventArray, targets: np.ndarray):
+        """Return (flow float32 [M, 2] px/s, confidence float32 [M] or None) on the device."""
         model, device = self.model, self.device
         t_ns = torch.from_numpy(context.t_ns).to(device)
         x = torch.from_numpy(context.x.astype(np.int32)).to(device)
         y = torch.from_numpy(context.y.astype(np.int32)).to(device)
         target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(device)
+        if self.confidence:
+            from veckm_flow_ros.confidence import predict_with_confidence
+            return predict_with_confidence(model, t_ns, x, y, target_index, self.width,
+                                           self.height)
         features, _ = ops.encode(t_ns, x, y, target_index, self.width, self.height,
                                  model.freq_t, model.freq_x, model.freq_y, model.tau_s,
                                  model.pixel_radius)
-        return model.predict_flow_px_s(features)
+        return model.predict_flow_px_s(features), None
 
     def _trim(self):
         """Drop buffered events that no pending block needs."""
