@@ -40,6 +40,30 @@ def flow_point_dtype(with_confidence: bool) -> np.dtype:
     return np.dtype([(name, '<f4') for name in names])
 
 
+def block_flow_points(block, with_confidence: bool = False):
+    """
+    Return (points, t_stamp_ns): the valid flows of a FlowBlock and the block's stamp time.
+
+    t_stamp_ns: sensor time [ns, int] of the newest valid flow's event (None when the block
+    has no valid flow); the message's header.stamp is its ROS time and each point's t is
+    relative to it [s, <= 0]. The one definition of the ~/flow stamp, for node and replay.
+    with_confidence: add the confidence field (NaN where the block carries none).
+    """
+    valid = slice(None) if block.valid is None else np.asarray(block.valid, dtype=bool)
+    t_ns = np.asarray(block.t_ns, dtype=np.int64)[valid]
+    confidence = None
+    if with_confidence:
+        confidence = (np.full(len(t_ns), np.nan, np.float32) if block.confidence is None
+                      else np.asarray(block.confidence, np.float32)[valid])
+    if len(t_ns) == 0:
+        return make_flow_points([], [], [], [], [], confidence), None
+    t_stamp_ns = int(t_ns.max())
+    points = make_flow_points(np.asarray(block.x)[valid], np.asarray(block.y)[valid],
+                              (t_ns - t_stamp_ns) * 1e-9, np.asarray(block.u_px_s)[valid],
+                              np.asarray(block.v_px_s)[valid], confidence)
+    return points, t_stamp_ns
+
+
 def make_flow_points(x, y, t_rel_s, u_px_s, v_px_s, confidence=None) -> np.ndarray:
     """Pack per-flow columns (length M each) into a structured array of flow points."""
     points = np.empty(len(x), dtype=flow_point_dtype(confidence is not None))

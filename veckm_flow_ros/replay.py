@@ -42,7 +42,7 @@ import numpy as np
 
 from veckm_flow_ros import visualize
 from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.flow_cloud import make_flow_points, pointcloud2_fields
+from veckm_flow_ros.flow_cloud import block_flow_points, pointcloud2_fields
 
 PathLike = Union[str, os.PathLike]
 
@@ -59,10 +59,12 @@ class ReplayOptions:
     How to replay.
 
     topic: the event topic (None: the bag's only event topic); device: 'cpu' or 'cuda';
-    block_s, causal, target_stride: as the node's parameters; duration_s: replay only the
-    first duration_s seconds of sensor time (None: all); frame_rate_hz: rate of the pictures
-    (sensor time); max_speed_px_s: colour scale of the pictures (None: fixed from the first
-    frame with flows); cell_px: arrow spacing; progress: tqdm bar on stderr.
+    block_s, causal, target_stride: as the node's parameters; confidence: per-flow
+    confidence (rotation ensemble, ~4x the cost) in the npz and the bag's PointCloud2;
+    duration_s: replay only the first duration_s seconds of sensor time (None: all);
+    frame_rate_hz: rate of the pictures (sensor time); max_speed_px_s: colour scale of the
+    pictures (None: fixed from the first frame with flows); cell_px: arrow spacing;
+    progress: tqdm bar on stderr.
     """
 
     topic: Optional[str] = None
@@ -71,6 +73,7 @@ class ReplayOptions:
     causal: bool = False
     target_stride: int = 1
     duration_s: Optional[float] = None
+    confidence: bool = False
     frame_rate_hz: float = 25.0
     max_speed_px_s: Optional[float] = None
     cell_px: int = 16
@@ -166,9 +169,10 @@ class FlowCollector:
     def __init__(self):
         self._chunks = []
 
-    def add(self, block, stamp_ns: int):
+    def add(self, block, stamp_ns: int, t_stamp_ns: int):
+        """Add a block's flows; stamp_ns is the ROS time of sensor time t_stamp_ns."""
         t_ns = np.asarray(block.t_ns, np.int64)
-        stamp = stamp_ns + (t_ns - int(block.t_newest_ns))
+        stamp = stamp_ns + (t_ns - int(t_stamp_ns))
         confidence = (None if block.confidence is None
                       else np.asarray(block.confidence, np.float32))
         self._chunks.append((t_ns, np.asarray(block.x, np.float32),
@@ -441,6 +445,8 @@ class _ReplayRun:
         self._speeds = []
         self._t_stop_ns = None
         self._done = False
+        self._last_stamp_ns = None
+        self._last_seq = None
         self._check_outputs()
 
     def _check_outputs(self):
@@ -487,6 +493,9 @@ class _ReplayRun:
         msg = item.msg
         summary = self.summary
         summary.messages += 1
+        if self._went_back(item.stamp_ns, int(msg.seq)):
+            self._restart_stream()
+        self._last_stamp_ns, self._last_seq = item.stamp_ns, int(msg.seq)
         try:
             result = self.decoder.decode(msg.encoding, msg.events, msg.time_base, msg.width,
                                          msg.height)
@@ -514,6 +523,20 @@ class _ReplayRun:
             self.painter.add_events(events)
         self._blocks(self.estimator.push(events))
 
+    def _went_back(self, stamp_ns: int, seq: int) -> bool:
+        """Header stamp or seq going back: a new stream (concatenated or looped recording)."""
+        return ((self._last_stamp_ns is not None and stamp_ns < self._last_stamp_ns)
+                or (self._last_seq is not None and seq < self._last_seq))
+
+    def _restart_stream(self):
+        """As the node does: fresh decoder (before decoding) and time sync, estimator reset."""
+        from veckm_flow_ros.decode import PacketDecoder
+        from veckm_flow_ros.timesync import TimeSync
+        self.decoder = PacketDecoder()
+        self.timesync = TimeSync()
+        if self.estimator is not None:
+            self.estimator.reset()
+
     def _start(self, width, height, t_first_ns):
         from veckm_flow_ros.estimator import NormalFlowEstimator
         options = self.options
@@ -524,7 +547,8 @@ class _ReplayRun:
             self._t_stop_ns = t_first_ns + int(round(options.duration_s * 1e9))
         self.estimator = NormalFlowEstimator(
             self.model, width, height, device=options.device, block_s=options.block_s,
-            causal=options.causal, target_stride=options.target_stride)
+            causal=options.causal, target_stride=options.target_stride,
+            confidence=options.confidence)
         if self.outputs.wants_frames():
             self.painter = FramePainter(width, height, 1e9 / options.frame_rate_hz,
                                         options.max_speed_px_s, options.cell_px,
@@ -533,18 +557,16 @@ class _ReplayRun:
     def _blocks(self, blocks):
         for block in blocks:
             block = _valid_flows(block)
-            if len(block.t_ns) == 0:
+            points, t_stamp_ns = block_flow_points(block, self.options.confidence)
+            if t_stamp_ns is None:
                 continue
-            stamp_ns = self.timesync.to_ros_ns(int(block.t_newest_ns))
+            stamp_ns = self.timesync.to_ros_ns(t_stamp_ns)
             self.summary.flows += len(block.t_ns)
             self._speeds.append(np.hypot(np.asarray(block.u_px_s, np.float32),
                                          np.asarray(block.v_px_s, np.float32)))
             if self.outputs.npz is not None:
-                self.collector.add(block, stamp_ns)
+                self.collector.add(block, stamp_ns, t_stamp_ns)
             if self.bag_out is not None:
-                t_rel_s = (np.asarray(block.t_ns, np.int64) - int(block.t_newest_ns)) * 1e-9
-                points = make_flow_points(block.x, block.y, t_rel_s, block.u_px_s,
-                                          block.v_px_s, block.confidence)
                 self.bag_out.write_flow(points, stamp_ns, self.frame_id)
             if self.painter is not None:
                 self.painter.add_flows(block)

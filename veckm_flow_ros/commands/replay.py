@@ -56,6 +56,9 @@ def register(subparsers):
     parser.add_argument('--threads', type=int, default=0,
                         help='torch CPU threads (0: torch default; 1 is often fastest on a '
                              'busy machine)')
+    parser.add_argument('--confidence', action='store_true',
+                        help='add a per-flow confidence [0..1] (rotation ensemble, ~4x the '
+                             'cost) to the npz and the ~/flow PointCloud2')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
 
@@ -83,7 +86,8 @@ def options_from_args(args):
     return ReplayOptions(topic=args.topic, device=args.device, block_s=args.block_ms * 1e-3,
                          causal=args.causal, target_stride=args.stride,
                          duration_s=args.duration, frame_rate_hz=args.fps,
-                         max_speed_px_s=args.max_speed, progress=not args.quiet)
+                         max_speed_px_s=args.max_speed, progress=not args.quiet,
+                         confidence=getattr(args, 'confidence', False))
 
 
 def run(args) -> int:
