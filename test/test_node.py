@@ -158,6 +158,8 @@ def harness_factory(ros_context, model_path):
 
     def make(**parameters):
         parameters.setdefault('model', model_path)
+        # The tests publish faster than real time on a busy machine: no age limit unless asked.
+        parameters.setdefault('max_queue_delay_ms', 0.0)
         harness = Harness(ros_context, **parameters)
         created.append(harness)
         return harness
@@ -210,6 +212,17 @@ def test_packet_queue_drops_oldest_whole_packets():
     assert [p.seq for p in queue.take(0.0)] == [4]
     assert (queue.dropped_packets, queue.dropped_events) == (3, 590)
     assert queue.queued_events == 0 and queue.take(0.0) == []
+
+
+def test_packet_queue_drops_packets_that_waited_too_long():
+    queue = flow_node.PacketQueue(max_events=1000)
+    for seq, received_s in enumerate((10.0, 10.1, 10.3, 10.45)):
+        queue.put(flow_node.QueuedPacket('mono', b'', 0, 1, 1, seq, 0, '', 5,
+                                         received_s=received_s))
+    assert queue.drop_older_than(0.2, now_s=10.5) == 2   # waited 0.5 s and 0.4 s
+    assert queue.drop_older_than(0.2, now_s=10.5) == 0
+    assert (queue.dropped_packets, queue.dropped_events, queue.queued_events) == (2, 10, 10)
+    assert [p.seq for p in queue.take(0.0)] == [2, 3]
 
 
 def test_image_message_layout():
@@ -496,8 +509,8 @@ def test_confidence_field_when_enabled(harness_factory):
     _publish_events(harness, events)
     assert harness.wait_idle()
     assert harness.clouds, 'no ~/flow message'
-    assert [f.name for f in harness.clouds[0].fields] == ['x', 'y', 't', 'u', 'v',
-                                                         'confidence']
+    names = [f.name for f in harness.clouds[0].fields]
+    assert names == ['x', 'y', 't', 'u', 'v', 'confidence']
     confidence = harness.flow_points()['confidence']
     assert len(confidence) > 0
     assert np.all((confidence >= 0) & (confidence <= 1))  # NaN fails too

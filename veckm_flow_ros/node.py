@@ -36,7 +36,8 @@ Parameters (see PARAMETERS below for types, ranges and defaults; config/veckm_fl
 all read-only except image_max_speed_px_s)
     model [path or shipped name]  device [cpu|cuda]  pixel_radius [px]  tau_ms [ms]
     block_ms [ms]  causal  target_stride [events]  max_flows_per_block [flows]
-    max_queued_events [events]  max_buffered_events [events]  torch_threads
+    max_queued_events [events]  max_queue_delay_ms [ms]  max_buffered_events [events]
+    torch_threads
     image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence
     diagnostics_period_s [s]
 
@@ -137,6 +138,10 @@ PARAMETERS = (
     ParameterSpec('max_queued_events', 10_000_000, 'Capacity of the input packet queue '
                   '[events, estimated from payload bytes]; when full the oldest whole packets '
                   'are dropped and counted.', (1000, 1_000_000_000), read_only=True),
+    ParameterSpec('max_queue_delay_ms', 200.0, 'Longest a received packet may wait for the '
+                  'worker [ms]; older whole packets are dropped and counted, so the output '
+                  'never falls behind by more than this (plus tau + block); 0 = no limit.',
+                  (0.0, 60_000.0), read_only=True),
     ParameterSpec('max_buffered_events', 4_000_000, 'Cap on events the estimator keeps in '
                   'its sliding window [events].', (1000, 1_000_000_000), read_only=True),
     ParameterSpec('torch_threads', 0, 'Torch intra-op threads for the worker; 0 = torch '
@@ -187,6 +192,7 @@ class QueuedPacket:
     stamp_ns: int
     frame_id: str
     estimated_events: int
+    received_s: float = 0.0  # time.monotonic() on arrival
 
 
 class PacketQueue:
@@ -247,6 +253,19 @@ class PacketQueue:
                 packets.append(packet)
             self._events -= taken
         return packets
+
+    def drop_older_than(self, max_age_s: float, now_s: Optional[float] = None) -> int:
+        """Drop the packets that arrived more than max_age_s ago; return how many (counted)."""
+        now_s = time.monotonic() if now_s is None else now_s
+        dropped = 0
+        with self._condition:
+            while self._packets and now_s - self._packets[0].received_s > max_age_s:
+                oldest = self._packets.popleft()
+                self._events -= oldest.estimated_events
+                self.dropped_packets += 1
+                self.dropped_events += oldest.estimated_events
+                dropped += 1
+        return dropped
 
     def wake(self):
         with self._condition:
@@ -480,7 +499,8 @@ class VecKMFlowNode(Node):
             encoding=encoding, data=msg.events, time_base=int(msg.time_base),
             width=int(msg.width), height=int(msg.height), seq=int(msg.seq), stamp_ns=stamp_ns,
             frame_id=msg.header.frame_id,
-            estimated_events=max(size // BYTES_PER_EVENT.get(encoding, 2), 1))
+            estimated_events=max(size // BYTES_PER_EVENT.get(encoding, 2), 1),
+            received_s=time.monotonic())
         missed = self.seq_gaps.update(packet.seq)
         dropped = self.queue.put(packet)
         self.stats.add(packets=1, missed_packets=missed, seq_gaps=int(missed > 0),
@@ -506,7 +526,10 @@ class VecKMFlowNode(Node):
             torch.set_num_threads(self.config['torch_threads'])
         batch_events = MIN_BATCH_EVENTS
         recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
+        max_delay_s = self.config['max_queue_delay_ms'] * 1e-3
         while not self._stop.is_set():
+            if max_delay_s > 0:
+                self._drop_late_packets(max_delay_s)
             packets = self.queue.take(timeout_s=0.05, max_events=batch_events)
             if not packets:
                 continue
@@ -528,6 +551,19 @@ class VecKMFlowNode(Node):
                 self._reset_stream(f'{type(error).__name__} while processing')
             finally:
                 self.stats.add(handled_packets=len(packets))
+
+    def _drop_late_packets(self, max_delay_s: float):
+        """Overload: drop whole packets queued longer than max_delay_s, oldest first."""
+        dropped = self.queue.drop_older_than(max_delay_s)
+        if not dropped:
+            return
+        self.stats.add(dropped_packets=dropped)
+        self.get_logger().warning(
+            f'input waited longer than max_queue_delay_ms = '
+            f'{self.config["max_queue_delay_ms"]:g} ms: dropped {dropped} oldest packet(s), '
+            f'{self.stats.totals["dropped_packets"]} in total; the estimator is slower than '
+            'the input (raise target_stride or lower the event rate)',
+            throttle_duration_sec=5.0)
 
     def _process(self, packets: List[QueuedPacket]):
         """
