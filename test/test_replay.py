@@ -226,3 +226,23 @@ def test_each_frame_holds_all_of_its_flows():
     for index, flow in enumerate(frames):
         lit = set(np.flatnonzero(flow[80].any(axis=1)))
         assert lit == {20 * index, 20 * index + 10}
+
+
+def test_confidence_in_npz_and_bag(model, tmp_path):
+    """--confidence: same flows as without, plus a confidence in [0, 1] in npz and bag."""
+    plain = tmp_path / 'plain.npz'
+    replay_bag(DEMO_BAG, model, _quick(target_stride=8), ReplayOutputs(npz=plain))
+    with_confidence = tmp_path / 'confidence.npz'
+    replay_bag(DEMO_BAG, model, _quick(target_stride=8, confidence=True),
+               ReplayOutputs(npz=with_confidence, bag=tmp_path / 'out_bag'))
+    expected, found = load_flows_npz(plain), load_flows_npz(with_confidence)
+    assert 'confidence' not in expected
+    np.testing.assert_array_equal(found['u_px_s'], expected['u_px_s'])
+    np.testing.assert_array_equal(found['stamp_ns'], expected['stamp_ns'])
+    assert len(found['confidence']) == len(found['u_px_s']) > 0
+    assert np.all((found['confidence'] >= 0) & (found['confidence'] <= 1))
+    clouds, _ = _read_output_bag(tmp_path / 'out_bag')
+    msg = clouds[0][1]
+    assert [f.name for f in msg.fields][-1] == 'confidence'
+    points = points_from_pointcloud2([f.name for f in msg.fields], msg.point_step, msg.data)
+    assert np.all((points['confidence'] >= 0) & (points['confidence'] <= 1))
