@@ -55,8 +55,8 @@ def parse_args():
     parser.add_argument('--rate', type=float, default=20e6,
                         help='synthetic event rate in events/s (default 2e7)')
     parser.add_argument('--repeats', type=int, default=3, help='passes per measurement')
-    parser.add_argument('--encodings', nargs='+', default=['evt3', 'libcaer_cmp', 'libcaer',
-                                                            'mono'],
+    parser.add_argument('--encodings', nargs='+',
+                        default=['evt3', 'libcaer_cmp', 'libcaer', 'mono'],
                         help='encodings to measure')
     return parser.parse_args()
 

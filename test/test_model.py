@@ -32,15 +32,16 @@ PUBLISHED = ('640x480_24ms_C64_k8', '640x480_24ms_C64_k10', '640x480_32ms_C64_k8
 
 def make_model(d=8, hidden=16, seed=0, **overrides):
     generator = torch.Generator().manual_seed(seed)
-    fields = dict(
-        num_features=d, pixel_radius=3, tau_s=0.012,
-        freq_t=5 * torch.randn(d, generator=generator),
-        freq_x=5 * torch.randn(d, generator=generator),
-        freq_y=5 * torch.randn(d, generator=generator),
-        w1=torch.randn(2 * d, hidden, generator=generator),
-        w2=torch.randn(hidden, hidden, generator=generator),
-        w3=torch.randn(hidden, 2, generator=generator),
-        flow_scale_px_s=60.0, metadata={'name': 'tiny', 'trained_sensor_size': [64, 48]})
+    fields = {
+        'num_features': d, 'pixel_radius': 3, 'tau_s': 0.012,
+        'freq_t': 5 * torch.randn(d, generator=generator),
+        'freq_x': 5 * torch.randn(d, generator=generator),
+        'freq_y': 5 * torch.randn(d, generator=generator),
+        'w1': torch.randn(2 * d, hidden, generator=generator),
+        'w2': torch.randn(hidden, hidden, generator=generator),
+        'w3': torch.randn(hidden, 2, generator=generator),
+        'flow_scale_px_s': 60.0,
+        'metadata': {'name': 'tiny', 'trained_sensor_size': [64, 48]}}
     fields.update(overrides)
     return VecKMFlowModel(**fields)
 
@@ -52,19 +53,20 @@ def test_save_load_round_trip(tmp_path):
     loaded = load_model(path)
     for name in ('freq_t', 'freq_x', 'freq_y', 'w1', 'w2', 'w3'):
         assert torch.equal(getattr(loaded, name), getattr(original, name))
-    assert (loaded.num_features, loaded.pixel_radius, loaded.tau_s, loaded.flow_scale_px_s) ==         (8, 3, 0.012, 60.0)
+    assert (loaded.num_features, loaded.pixel_radius, loaded.tau_s,
+            loaded.flow_scale_px_s) == (8, 3, 0.012, 60.0)
     assert loaded.metadata['trained_sensor_size'] == [64, 48]
     assert load_model(path, pixel_radius=5).pixel_radius == 5
 
 
 @pytest.mark.parametrize('overrides, message', [
-    (dict(w1=torch.zeros(16, 15)), r'w2 must have shape \(15, 15\), found \(16, 16\)'),
-    (dict(w3=torch.zeros(16, 3)), r'w3 must have shape \(16, 2\), found \(16, 3\)'),
-    (dict(freq_x=torch.zeros(7)), r'freq_x must have shape \(8,\), found \(7,\)'),
-    (dict(w1=torch.full((16, 16), float('nan'))), 'w1 holds 256 NaN/Inf'),
-    (dict(pixel_radius=0), 'pixel_radius must be an integer in'),
-    (dict(tau_s=-0.01), 'tau_s must be a time in seconds'),
-    (dict(flow_scale_px_s=0.0), 'flow_scale_px_s must be a positive number'),
+    ({'w1': torch.zeros(16, 15)}, r'w2 must have shape \(15, 15\), found \(16, 16\)'),
+    ({'w3': torch.zeros(16, 3)}, r'w3 must have shape \(16, 2\), found \(16, 3\)'),
+    ({'freq_x': torch.zeros(7)}, r'freq_x must have shape \(8,\), found \(7,\)'),
+    ({'w1': torch.full((16, 16), float('nan'))}, 'w1 holds 256 NaN/Inf'),
+    ({'pixel_radius': 0}, 'pixel_radius must be an integer in'),
+    ({'tau_s': -0.01}, 'tau_s must be a time in seconds'),
+    ({'flow_scale_px_s': 0.0}, 'flow_scale_px_s must be a positive number'),
 ])
 def test_invalid_models_are_rejected(overrides, message):
     with pytest.raises(ModelError, match=message):

@@ -78,8 +78,8 @@ def load_events(path):
     else:
         raise ValueError(f'{path}: t has dtype {t.dtype}; expected float64 s or int64 ns')
     for name, values in (('x', x), ('y', y)):
-        if not np.issubdtype(values.dtype, np.integer) and not np.issubdtype(values.dtype,
-                                                                            np.floating):
+        if not (np.issubdtype(values.dtype, np.integer)
+                or np.issubdtype(values.dtype, np.floating)):
             raise ValueError(f'{path}: {name} has dtype {values.dtype}; expected integers')
         if len(values) and (values.min() < 0 or values.max() > 65535):
             raise ValueError(f'{path}: {name} must be pixel coordinates in [0, 65535], found '
