@@ -49,6 +49,14 @@ SHARED = ROOT.parent / 'shared' / 'data'
 PAIRS = {'veckm_r8_tau16ms': '640x480_32ms_C64_k8', 'veckm_r10_tau12ms': '640x480_24ms_C64_k10'}
 RECORDINGS = ('py_test_events_1', 'py_test_events_2', 'codecs_test_data_libcaer_rollover')
 CONFIDENCE_SPLITS = (0.3, 0.5)
+# Agreement also on the events with at least this many context events (self included) in the
+# model's window: 1 = all, 2 = not isolated (an isolated event's feature is a constant).
+CONTEXT_SPLITS = (2, 5, 10)
+
+
+def model_pair_key(model):
+    """Key of PAIRS for a model of ours: its radius and tau (any name, e.g. a candidate)."""
+    return f'veckm_r{model.pixel_radius}_tau{model.tau_s * 1e3:g}ms'
 
 
 def _log(message):
@@ -76,6 +84,36 @@ def decode_recording(path, max_events):
     return events[order], size[0], size[1]
 
 
+def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
+    """
+    Context size C_n (int64 [N]) of every event as the centred estimator sees it.
+
+    Blocks of block_s from the first event; context = events within +-tau_s of the block
+    centre whose pixel lies in the (2r+1)^2 window around the target (self included).
+    """
+    t_ns = events.t_ns
+    counts = np.zeros(len(events), np.int64)
+    if not len(events):
+        return counts
+    block_ns, tau_ns = int(block_s * 1e9), int(tau_s * 1e9)
+    x, y = events.x.astype(np.int64), events.y.astype(np.int64)
+    for start in range(int(t_ns[0]), int(t_ns[-1]) + 1, block_ns):
+        tlo, thi = np.searchsorted(t_ns, [start, start + block_ns])
+        if tlo == thi:
+            continue
+        centre = start + block_ns // 2
+        lo, hi = np.searchsorted(t_ns, [centre - tau_ns, centre + tau_ns + 1])
+        image = np.zeros((height + 2 * pixel_radius + 1, width + 2 * pixel_radius + 1))
+        np.add.at(image, (y[lo:hi] + pixel_radius + 1, x[lo:hi] + pixel_radius + 1), 1)
+        integral = image.cumsum(0).cumsum(1)
+        ty, tx = y[tlo:thi] + pixel_radius + 1, x[tlo:thi] + pixel_radius + 1
+        counts[tlo:thi] = (integral[ty + pixel_radius, tx + pixel_radius]
+                           - integral[ty - pixel_radius - 1, tx + pixel_radius]
+                           - integral[ty + pixel_radius, tx - pixel_radius - 1]
+                           + integral[ty - pixel_radius - 1, tx - pixel_radius - 1])
+    return counts
+
+
 def real_agreement(ours, published, recordings_dir, max_events):
     """Per recording: share of events where both flows agree in direction."""
     from veckm_flow_ros.simulate import SimulatedSequence
@@ -95,10 +133,21 @@ def real_agreement(ours, published, recordings_dir, max_events):
         na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
         scored = np.isfinite(na) & np.isfinite(nb) & (na > 0) & (nb > 0)
         cosine = np.einsum('ij,ij->i', a, b) / np.maximum(na * nb, 1e-12)
+        # A zero flow (no motion claimed, e.g. a noise event) has no direction: not scored.
         row = {'events': int(len(events)), 'size': [width, height],
+               'scored_share': float(scored.mean()),
                'agree_half_plane': float(np.mean(cosine[scored] > 0)),
                'agree_45deg': float(np.mean(cosine[scored] > np.cos(np.pi / 4))),
                'median_speed_ratio': float(np.median(na[scored] / nb[scored]))}
+        context = context_counts(events, width, height, ours.pixel_radius, ours.tau_s)
+        for minimum in CONTEXT_SPLITS:
+            selected = scored & (context >= minimum)
+            row[f'context_at_least_{minimum}'] = {
+                'share': float(selected.mean()),
+                'agree_half_plane': float(np.mean(cosine[selected] > 0))
+                if selected.any() else float('nan'),
+                'median_speed_ratio': float(np.median(na[selected] / nb[selected]))
+                if selected.any() else float('nan')}
         for threshold in CONFIDENCE_SPLITS:
             confident = scored & (mine.confidence >= threshold) \
                 & (theirs.confidence >= threshold)
@@ -122,6 +171,11 @@ def main(argv=None):
                         help='events per real recording')
     parser.add_argument('--models', nargs='*', default=None,
                         help='shipped model names or checkpoint paths (default: all shipped)')
+    parser.add_argument('--all-published', action='store_true',
+                        help='score every published model, not only the partners of --models')
+    parser.add_argument('--no-planefit', action='store_true', help='skip plane fitting')
+    parser.add_argument('--skip-confidence', action='store_true',
+                        help='skip the confidence curve')
     parser.add_argument('--out', type=pathlib.Path, default=None)
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
@@ -133,8 +187,10 @@ def main(argv=None):
         return 1
     names = args.models or list_shipped_models()
     ours = {pathlib.Path(name).stem: load_model(name) for name in names}
-    published = {folder: load_model(args.published / folder)
-                 for folder in sorted(set(PAIRS.values()))
+    partners = sorted(set(PAIRS.values())) if args.all_published else sorted(
+        {PAIRS[model_pair_key(model)] for model in ours.values()
+         if model_pair_key(model) in PAIRS})
+    published = {folder: load_model(args.published / folder) for folder in partners
                  if (args.published / folder).is_dir()}
     results = {}
 
@@ -146,20 +202,40 @@ def main(argv=None):
     methods = {name: evaluate.model_method(model) for name, model in ours.items()}
     methods.update({f'published {name}': evaluate.model_method(model)
                     for name, model in published.items()})
-    methods['plane fit'] = evaluate.planefit_method()
+    if not args.no_planefit:
+        methods['plane fit'] = evaluate.planefit_method()
     report = evaluate.evaluate(methods, sequences, log=_log)
     _log('\n' + report.table())
     results['heldout'] = {'pooled': report.overall(), 'sequence_mean': report.sequence_mean(),
                           'per_sequence': {name: acc.per_sequence()
                                            for name, acc in report.accumulators.items()}}
 
-    # The same scores on the events plane fitting gives a flow for (its own coverage).
-    plane_flow, _, gt = report.pooled('plane fit')
-    covered = np.isfinite(plane_flow).all(1)
-    on_plane = {name: metrics.flow_metrics(report.pooled(name)[0], gt, covered)
-                for name in methods}
-    _log('\n' + metrics.format_table(on_plane, title='on plane-fit-covered events'))
-    results['heldout_planefit_covered'] = on_plane
+    gt = report.pooled(next(iter(methods)))[2]
+    # A model may give a zero flow (no motion claimed); metrics skip it, so compare also on the
+    # events every learned model covers, and with a zero flow counted as a wrong direction.
+    learned = [name for name in methods if name != 'plane fit']
+    every = np.ones(len(gt), bool)
+    for name in learned:
+        flow = report.pooled(name)[0]
+        every &= np.isfinite(flow).all(1) & np.any(flow != 0, axis=1)
+    on_every = {name: metrics.flow_metrics(report.pooled(name)[0], gt, every)
+                for name in learned}
+    _log('\n' + metrics.format_table(on_every, title='on events every learned model covers'))
+    results['heldout_all_learned_covered'] = on_every
+    overall = report.overall()
+    results['heldout_pos_zero_is_wrong'] = {
+        name: overall[name]['pos'] * overall[name]['coverage'] for name in learned}
+    _log('%Pos with a zero flow counted wrong: ' + ', '.join(
+        f'{name} {100 * value:.2f}' for name, value in
+        results['heldout_pos_zero_is_wrong'].items()))
+    if 'plane fit' in methods:
+        # The same scores on the events plane fitting gives a flow for (its own coverage).
+        plane_flow = report.pooled('plane fit')[0]
+        covered = np.isfinite(plane_flow).all(1)
+        on_plane = {name: metrics.flow_metrics(report.pooled(name)[0], gt, covered)
+                    for name in methods}
+        _log('\n' + metrics.format_table(on_plane, title='on plane-fit-covered events'))
+        results['heldout_planefit_covered'] = on_plane
 
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -168,7 +244,7 @@ def main(argv=None):
 
     # Confidence curve of each of our models.
     results['confidence'] = {}
-    for name, model in ours.items():
+    for name, model in ([] if args.skip_confidence else ours.items()):
         method = evaluate.model_method(model, with_confidence=True)
         flows, scores = [], []
         for sequence in sequences.values():
@@ -186,7 +262,7 @@ def main(argv=None):
     if args.recordings.is_dir():
         results['real'] = {}
         for name, model in ours.items():
-            partner = PAIRS.get(name)
+            partner = PAIRS.get(model_pair_key(model))
             if partner not in published:
                 continue
             rows = real_agreement(model, published[partner], args.recordings, args.real_events)
@@ -196,11 +272,16 @@ def main(argv=None):
                 _log(f'  {recording:<36} {row["events"]:>8} events  same half-plane '
                      f'{100 * row["agree_half_plane"]:6.2f}%  within 45 deg '
                      f'{100 * row["agree_45deg"]:6.2f}%  speed ratio '
-                     f'{row["median_speed_ratio"]:.2f}')
+                     f'{row["median_speed_ratio"]:.2f}  (scored {100 * row["scored_share"]:.1f}%)')
                 for threshold in CONFIDENCE_SPLITS:
                     split = row[f'both_confidence_{threshold}']
                     _log(f'    both confidences >= {threshold}: {100 * split["share"]:5.1f}% of '
                          f'events, same half-plane {100 * split["agree_half_plane"]:6.2f}%')
+                for minimum in CONTEXT_SPLITS:
+                    split = row[f'context_at_least_{minimum}']
+                    _log(f'    >= {minimum:2d} context events: {100 * split["share"]:5.1f}% of '
+                         f'events, same half-plane {100 * split["agree_half_plane"]:6.2f}%, '
+                         f'speed ratio {split["median_speed_ratio"]:.2f}')
     if args.out:
         (args.out / 'results.json').write_text(json.dumps(results, indent=1))
         _log(f'\nwrote {args.out / "results.json"} and {args.out / "speed.png"}')

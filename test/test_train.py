@@ -142,3 +142,21 @@ def test_train_writes_a_loadable_checkpoint(tmp_path):
     assert model.metadata['data']['textures'] == list(recipe.textures)
     assert math.isfinite(model.metadata['history'][-1]['train_loss'])
     torch.testing.assert_close(model.freq_t, train.standard_frequencies(32, 0)[0])
+
+
+def test_noise_targets_are_labelled_zero_and_pulled_towards_zero():
+    recipe = dataclasses.replace(TINY, num_sequences=2, noise_target_fraction=0.5)
+    freq = train.standard_frequencies(recipe.num_features, recipe.seed)
+    features, flow, _ = train.build_feature_bank(recipe, freq, log=lambda message: None)
+    plain_features, plain_flow, _ = train.build_feature_bank(TINY, freq,
+                                                             log=lambda message: None)
+    assert not np.any(np.all(plain_flow == 0, axis=1))
+    is_noise = np.all(flow == 0, axis=1)
+    # Up to half as many noise targets as signal targets (fewer when a block has few).
+    assert 0 < is_noise.sum() <= 0.5 * (~is_noise).sum() + 1
+    # The loss of a zero label is the norm term only: zero for a zero flow, growing with |n|.
+    zero = torch.zeros(3, 2)
+    assert float(train.generalized_normal_flow_loss(zero, zero)) == pytest.approx(0.0)
+    small = float(train.generalized_normal_flow_loss(torch.full((3, 2), 0.1), zero))
+    large = float(train.generalized_normal_flow_loss(torch.full((3, 2), 1.0), zero))
+    assert 0 < small < large

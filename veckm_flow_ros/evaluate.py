@@ -71,14 +71,12 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
                            with_confidence: bool = False, num_rotations: int = 4,
                            device: str = 'cpu') -> Prediction:
     """Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator."""
-    from veckm_flow_ros.estimator import FlowBlock
-    estimator_class = _confidence_estimator_class() if with_confidence else None
-    if estimator_class is None:
-        from veckm_flow_ros.estimator import NormalFlowEstimator as estimator_class
-    estimator = estimator_class(model, sequence.width, sequence.height, device=device,
-                                block_s=block_s)
-    if with_confidence:
-        estimator.num_rotations = num_rotations
+    from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
+    if with_confidence and num_rotations != 4:
+        raise ValueError('the estimator confidence uses 4 rotations, got num_rotations = '
+                         f'{num_rotations}')
+    estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
+                                    block_s=block_s, confidence=with_confidence)
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
@@ -92,45 +90,6 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
         confidence = np.zeros(n, np.float32)
         confidence[index] = block.confidence[valid]
     return Prediction(flow, confidence)
-
-
-def _confidence_estimator_class():
-    """
-    Return a NormalFlowEstimator subclass whose blocks carry the ensemble confidence.
-
-    Until the estimator has its own confidence option, this subclass swaps its encode + MLP
-    step for confidence.predict_with_confidence (same flows, plus a confidence per flow).
-    """
-    import torch
-
-    from veckm_flow_ros import confidence
-    from veckm_flow_ros.estimator import NormalFlowEstimator
-
-    class ConfidenceEstimator(NormalFlowEstimator):
-        num_rotations = 4
-
-        def _encode_and_predict(self, context, targets):
-            model, device = self.model, self.device
-            t_ns = torch.from_numpy(context.t_ns).to(device)
-            x = torch.from_numpy(context.x.astype(np.int32)).to(device)
-            y = torch.from_numpy(context.y.astype(np.int32)).to(device)
-            target_index = torch.from_numpy(np.ascontiguousarray(targets, np.int64)).to(device)
-            flow, score = confidence.predict_with_confidence(
-                model, t_ns, x, y, target_index, self.width, self.height, self.num_rotations)
-            self._last_confidence = score.cpu().numpy()
-            return flow
-
-        def _compute_block(self, *args, **kwargs):
-            block = super()._compute_block(*args, **kwargs)
-            if block is not None:
-                block.confidence = self._last_confidence
-            return block
-
-    return ConfidenceEstimator
-
-
-# --------------------------------------------------------------------------------------------
-# Data
 
 
 def heldout_specs(count: int = 12) -> List[dict]:

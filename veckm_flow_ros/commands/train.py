@@ -36,6 +36,11 @@ def register(subparsers):
     parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
     parser.add_argument('--num-sequences', type=int, default=None,
                         help='override the number of simulated training sequences')
+    parser.add_argument('--noise-target-fraction', type=float, default=None,
+                        help='background-noise targets (trained towards zero flow) per '
+                             'signal target (default: the recipe value)')
+    parser.add_argument('--noise-loss-weight', type=float, default=None,
+                        help='weight of the pull of noise targets towards zero flow')
     parser.add_argument('--threads', type=int, default=None,
                         help='torch CPU threads (default: torch decides)')
     parser.add_argument('--name', default=None, help='model name stored in the checkpoint')
@@ -62,6 +67,15 @@ def run(args):
         overrides['epochs'] = args.epochs
     if args.num_sequences is not None:
         overrides['num_sequences'] = args.num_sequences
+    if args.noise_target_fraction is not None:
+        if not 0 <= args.noise_target_fraction <= 1:
+            raise ValueError('--noise-target-fraction must be in [0, 1], got '
+                             f'{args.noise_target_fraction}')
+        overrides['noise_target_fraction'] = args.noise_target_fraction
+    if args.noise_loss_weight is not None:
+        if args.noise_loss_weight < 0:
+            raise ValueError(f'--noise-loss-weight must be >= 0, got {args.noise_loss_weight}')
+        overrides['noise_loss_weight'] = args.noise_loss_weight
     recipe = dataclasses.replace(train.Recipe(), **overrides)
     train.train(recipe, args.out, args.work_dir, resume=args.resume, name=args.name)
     return 0
