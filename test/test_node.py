@@ -225,6 +225,30 @@ def test_packet_queue_drops_packets_that_waited_too_long():
     assert [p.seq for p in queue.take(0.0)] == [2, 3]
 
 
+def test_raw_event_packet_parsing_matches_rclpy():
+    from rclpy.serialization import serialize_message
+    rng = np.random.default_rng(5)
+    for frame_id, encoding, size in (('', 'evt3', 0), ('cam', 'mono', 8), ('camera_x', 'evt3', 37),
+                                     ('ab', 'libcaer_cmp', 4000)):
+        msg = EventPacket()
+        msg.header.stamp = flow_node.stamp_from_ns(1_700_000_000_123_456_789)
+        msg.header.frame_id = frame_id
+        msg.width, msg.height, msg.seq, msg.time_base = 640, 480, 2**40 + 3, 2**50 + 7
+        msg.encoding = encoding
+        payload = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        msg.events = payload
+        raw = serialize_message(msg)
+        fields = flow_node.parse_event_packet_cdr(raw)
+        assert fields == {**fields, 'stamp_ns': 1_700_000_000_123_456_789, 'frame_id': frame_id,
+                          'width': 640, 'height': 480, 'seq': 2**40 + 3, 'time_base': 2**50 + 7,
+                          'encoding': encoding}
+        assert bytes(fields['events']) == payload
+        with pytest.raises(ValueError):
+            flow_node.parse_event_packet_cdr(raw[:len(raw) - 1 - size // 2])
+    with pytest.raises(ValueError):
+        flow_node.parse_event_packet_cdr(b'\x00\x01\x00\x00' + b'\xff' * 12)
+
+
 def test_image_message_layout():
     bgr = np.zeros((4, 5, 3), np.uint8)
     bgr[1, 2] = (10, 20, 30)

@@ -41,7 +41,8 @@ all read-only except image_max_speed_px_s)
     image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence
     diagnostics_period_s [s]
 
-Threads: the executor thread only copies references of received packets into a bounded queue
+Threads: the executor thread only parses the header fields of received packets (raw
+subscription: CDR bytes, no message object, payload referenced not copied) into a bounded queue
 (and runs the image/diagnostics timers); one worker thread decodes, runs the estimator and
 publishes. Memory is bounded: the packet queue holds at most max_queued_events estimated events
 (payload <= 8 bytes x max_queued_events: 80 MB by default, 20 MB for evt3) and
@@ -53,6 +54,7 @@ most 1000 received messages.
 import collections
 from dataclasses import dataclass
 import math
+import struct
 import sys
 import threading
 import time
@@ -283,6 +285,48 @@ class PacketQueue:
 # Message conversion (no cv_bridge: the Image is five fields)
 
 
+def _cdr_string(buffer, offset: int):
+    """Read a CDR string (uint32 length incl. NUL, bytes) at offset; return (str, end)."""
+    offset = (offset + 3) & ~3
+    (length,) = struct.unpack_from('<I', buffer, offset)
+    start, end = offset + 4, offset + 4 + length
+    if length == 0 or end > len(buffer):
+        raise ValueError(f'bad CDR string length {length} at byte {offset}')
+    return bytes(buffer[start:end - 1]).decode('utf-8', 'replace'), end
+
+
+def parse_event_packet_cdr(raw: bytes) -> dict:
+    """
+    Fields of a serialized event_camera_msgs/msg/EventPacket (little-endian XCDR1).
+
+    The executor hands raw bytes (subscription raw=True): no Python message object is built
+    and `events` is a zero-copy memoryview into `raw`. Returns a dict with stamp_ns, frame_id,
+    height, width, seq, time_base, encoding, events. Raises ValueError for malformed bytes.
+    """
+    if len(raw) < 4 or raw[1] != 1:
+        raise ValueError('not a little-endian CDR message')
+    body = memoryview(raw)[4:]  # alignment counts from after the encapsulation header
+    try:
+        sec, nanosec = struct.unpack_from('<iI', body, 0)
+        frame_id, offset = _cdr_string(body, 8)
+        offset = (offset + 3) & ~3
+        height, width = struct.unpack_from('<II', body, offset)
+        offset = (offset + 8 + 7) & ~7
+        seq, time_base = struct.unpack_from('<QQ', body, offset)
+        encoding, offset = _cdr_string(body, offset + 16)
+        offset = ((offset + 1) + 3) & ~3  # is_bigendian (1 byte), then the sequence length
+        (size,) = struct.unpack_from('<I', body, offset)
+    except struct.error as error:
+        raise ValueError(f'truncated EventPacket ({len(raw)} bytes): {error}') from None
+    start = offset + 4
+    if start + size > len(body):
+        raise ValueError(f'EventPacket says {size} event bytes but only {len(body) - start} '
+                         'follow')
+    return {'stamp_ns': sec * 1_000_000_000 + nanosec, 'frame_id': frame_id,
+            'height': height, 'width': width, 'seq': seq, 'time_base': time_base,
+            'encoding': encoding, 'events': body[start:start + size]}
+
+
 def stamp_from_ns(t_ns: int) -> TimeMsg:
     """builtin_interfaces/Time from integer nanoseconds (>= 0)."""
     t_ns = max(int(t_ns), 0)
@@ -413,8 +457,9 @@ class VecKMFlowNode(Node):
         self.image_pub = self.create_publisher(Image, '~/flow_image', OUTPUT_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                      OUTPUT_QOS)
+        # raw: the callback gets the CDR bytes (no message object, no payload copy).
         self.events_sub = self.create_subscription(EventPacket, '~/events', self._on_packet,
-                                                   EVENTS_QOS)
+                                                   EVENTS_QOS, raw=True)
         image_rate_hz = self.config['image_rate_hz']
         self._image_timer = None
         if image_rate_hz > 0:
@@ -490,15 +535,21 @@ class VecKMFlowNode(Node):
 
     # -- executor thread: receive -------------------------------------------------------------
 
-    def _on_packet(self, msg: EventPacket):
-        """Enqueue the packet (no decoding here); count seq gaps and queue drops."""
-        stamp_ns = stamp_to_ns(msg.header.stamp)
-        encoding = msg.encoding
-        size = len(msg.events)
+    def _on_packet(self, raw: bytes):
+        """Enqueue the packet (serialized EventPacket; no decoding here); count seq gaps/drops."""
+        try:
+            fields = parse_event_packet_cdr(raw)
+        except ValueError as error:
+            self.stats.add(packets=1, bad_packets=1, handled_packets=1)
+            self.get_logger().warning(f'dropping a malformed EventPacket: {error}',
+                                      throttle_duration_sec=5.0)
+            return
+        encoding = fields['encoding']
+        size = len(fields['events'])
         packet = QueuedPacket(
-            encoding=encoding, data=msg.events, time_base=int(msg.time_base),
-            width=int(msg.width), height=int(msg.height), seq=int(msg.seq), stamp_ns=stamp_ns,
-            frame_id=msg.header.frame_id,
+            encoding=encoding, data=fields['events'], time_base=fields['time_base'],
+            width=fields['width'], height=fields['height'], seq=fields['seq'],
+            stamp_ns=fields['stamp_ns'], frame_id=fields['frame_id'],
             estimated_events=max(size // BYTES_PER_EVENT.get(encoding, 2), 1),
             received_s=time.monotonic())
         missed = self.seq_gaps.update(packet.seq)
