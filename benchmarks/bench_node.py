@@ -327,8 +327,8 @@ def print_table(rows):
                      and r['lag_s'] < LAG_LIMIT_S else 'NO')
         print(f'{r["config"]:8} {r["source"]:9} {r["speed"]:>4g}x '
               f'{r["input_events_s"] / 1e6:>9.2f} {r["flows_s"] / 1e6:>8.2f} {drops:>11} '
-              f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["lag_s"]:>6.2f} {r["cpu_percent"]:>6.0f} '
-              f'{r["rss_mib"]:>8.0f} {sustained}')
+              f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["lag_s"]:>6.2f} '
+              f'{r["cpu_percent"]:>6.0f} {r["rss_mib"]:>8.0f} {sustained}')
     print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '
           f'lag = output time after the input ended; sustained = no drops and lag < '
           f'{LAG_LIMIT_S} s')
@@ -368,7 +368,7 @@ def main(argv=None):
                 for speed in args.speeds:
                     row = measure(args, config_name, source, speed, probe)
                     rows.append(row)
-                    if os.environ.get("BENCH_DEBUG"):
+                    if os.environ.get('BENCH_DEBUG'):
                         print(row, file=sys.stderr)
                     print(f'{config_name} {source} {speed:g}x: '
                           f'{row["input_events_s"] / 1e6:.2f} M ev/s in, '

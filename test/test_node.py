@@ -35,7 +35,7 @@ import pytest
 rclpy = pytest.importorskip('rclpy')
 pytest.importorskip('event_camera_msgs')
 
-from event_camera_msgs.msg import EventPacket  # noqa: E402
+from event_camera_msgs.msg import EventPacket  # noqa: E402, I100
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
