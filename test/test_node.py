@@ -490,7 +490,7 @@ def test_only_the_image_scale_changes_at_run_time(harness_factory):
     for name, value in (('block_ms', 2.0), ('model', 'other'), ('image_rate_hz', 5.0)):
         assert not node.set_parameters([Parameter(name, value=value)])[0].successful, name
     assert not node.set_parameters([Parameter('image_max_speed_px_s', value=-1.0)])[0].successful
-    assert node.config['block_ms'] == 5.0 and node.config['image_max_speed_px_s'] == 500.0
+    assert node.config['block_ms'] == 10.0 and node.config['image_max_speed_px_s'] == 500.0
 
 
 def _clouds_by_pass(clouds):
@@ -570,7 +570,7 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
             if connection.topic == FLOW_TOPIC:
                 stamp = typestore.deserialize_cdr(raw, connection.msgtype).header.stamp
                 replay_stamps.append(stamp.sec * 1_000_000_000 + stamp.nanosec)
-    harness = harness_factory(block_ms=5.0, target_stride=4)
+    harness = harness_factory(target_stride=4)  # both at their default block length
     for seq, (packet, stamp_ns) in enumerate(zip(packets, stamps)):
         harness.publish('evt3', packet.data, int(stamp_ns), seq=seq)
         harness.spin_for(0.0005)

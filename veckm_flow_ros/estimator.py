@@ -127,7 +127,7 @@ class NormalFlowEstimator:
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
-                 height: int, device: Union[str, torch.device] = 'cpu', block_s: float = 0.005,
+                 height: int, device: Union[str, torch.device] = 'cpu', block_s: float = 0.010,
                  causal: bool = False, target_stride: int = 1, max_flows_per_block: int = 0,
                  max_buffered_events: int = 4_000_000, confidence: bool = False):
         if not isinstance(model, VecKMFlowModel):

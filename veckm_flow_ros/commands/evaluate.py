@@ -45,7 +45,7 @@ def register(subparsers):
     parser.add_argument('--plot', default=None, metavar='OUT.png',
                         help='plot relative PEE and %%Pos against ground-truth speed')
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
-    parser.add_argument('--block-ms', type=float, default=5.0, help='target block length [ms]')
+    parser.add_argument('--block-ms', type=float, default=10.0, help='target block length [ms]')
     parser.add_argument('--duration', type=float, default=None, metavar='SECONDS',
                         help='only the first SECONDS of each sequence')
     parser.add_argument('--confidence', action='store_true',
