@@ -24,6 +24,17 @@ import argparse
 import importlib
 import sys
 
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show an option's default unless its help already says it or there is none."""
+
+    def _get_help_string(self, action):
+        help_text = action.help or ''
+        if 'default' in help_text or action.default in (None, False, argparse.SUPPRESS):
+            return help_text
+        return super()._get_help_string(action)
+
+
 # Order shown in `veckm-flow --help`.
 COMMANDS = ('info', 'predict', 'replay', 'evaluate', 'simulate', 'train', 'bench', 'demo')
 

@@ -24,9 +24,10 @@ project's shared data are present (../shared/data/recordings from the project ro
 replay the 640x480 evt3 recording and draw one frame of it.
 """
 
-import argparse
 import pathlib
 import shutil
+
+from veckm_flow_ros.cli import HelpFormatter
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / 'data'
 DEMO_BAG = DATA_DIR / 'demo_scene.mcap'
@@ -47,7 +48,7 @@ def register(subparsers):
         description='Replay the bundled recording (simulated, with exact ground truth) '
                     'through the estimator with the shipped default model; write pictures, '
                     'an mp4 and a flow bag, and print the evaluation table.',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument('--out-dir', default='out/demo', help='where to write the outputs')
     parser.add_argument('--model', default=None,
                         help='model (default: the shipped default model)')

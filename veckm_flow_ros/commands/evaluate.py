@@ -22,8 +22,9 @@ and metrics.py: %Pos, PEE in px/s, relative PEE and coverage, per sequence, pool
 events and averaged over sequences.
 """
 
-import argparse
 import pathlib
+
+from veckm_flow_ros.cli import HelpFormatter
 
 BASELINES = {'planefit': 'plane fit'}
 
@@ -32,9 +33,9 @@ def register(subparsers):
     parser = subparsers.add_parser(
         'evaluate', help='score the model (and baselines) on sequences with ground truth',
         description='Score per-event normal flow against ground-truth optical flow on '
-                    'simulator .npz sequences or EVIMO2-style .npy directories: %%Pos, PEE '
+                    'simulator .npz sequences or EVIMO2-style .npy directories: %Pos, PEE '
                     '(px/s), relative PEE and coverage, per sequence and overall.',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument('sequences', nargs='+', metavar='SEQ',
                         help='simulator .npz file or EVIMO2-style directory')
     parser.add_argument('--model', default=None,

@@ -14,10 +14,11 @@
 
 """`veckm-flow info BAG`: what an event-camera bag holds, decoded message by message."""
 
-import argparse
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
+
+from veckm_flow_ros.cli import HelpFormatter
 
 
 def register(subparsers):
@@ -26,7 +27,7 @@ def register(subparsers):
         description='For each EventPacket topic of a bag (.db3 / .mcap / bag directory): '
                     'encoding, sensor size, message count, CD events ON/OFF, triggers, sensor '
                     'time span, event rate, seq gaps and decode problems.',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument('bag', help='bag directory or .db3/.mcap file')
     parser.add_argument('--topic', default=None, help='only this topic (default: all event '
                                                       'topics)')

@@ -14,7 +14,8 @@
 
 """`veckm-flow replay BAG`: run the node's estimator over a bag offline and write the results."""
 
-import argparse
+
+from veckm_flow_ros.cli import HelpFormatter
 
 
 def register(subparsers):
@@ -24,7 +25,7 @@ def register(subparsers):
                     'NormalFlowEstimator as the node, and write any of: a bag with the '
                     '/veckm_flow/flow PointCloud2 and /veckm_flow/flow_image messages, an npz '
                     'of per-event flows, an mp4 video, PNG frames. Prints a summary table.',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument('bag', help='input bag directory or .db3/.mcap file')
     parser.add_argument('--topic', default=None,
                         help="event topic (default: the bag's only event topic)")
