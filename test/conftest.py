@@ -43,3 +43,16 @@ def published_models_dir():
     if not path.is_dir():
         pytest.skip(f'published VecKM_flow_cpp weights not available at {path}')
     return path
+
+
+@pytest.fixture(scope='session')
+def model():
+    """Load the shipped default model, as the node and the CLI do."""
+    from veckm_flow_ros.model import load_model
+    return load_model()
+
+
+@pytest.fixture(scope='session')
+def model_args():
+    """Return the CLI arguments selecting the default model (none are needed)."""
+    return []

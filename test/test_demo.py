@@ -16,24 +16,9 @@
 
 import cv2
 import numpy as np
-import pytest
 
 from veckm_flow_ros import cli
 from veckm_flow_ros.commands import demo
-
-PUBLISHED_MODEL = '640x480_32ms_C64_k8'
-
-
-@pytest.fixture(scope='module')
-def model_args(request):
-    """Return no arguments when a shipped default model exists, else the published weights."""
-    from veckm_flow_ros.model import default_model_name, ModelError
-    try:
-        default_model_name()
-        return []
-    except ModelError:
-        published_dir = request.getfixturevalue('published_models_dir')
-        return ['--model', str(published_dir / PUBLISHED_MODEL)]
 
 
 def test_bundled_recording_is_small_and_complete():

@@ -25,19 +25,6 @@ from veckm_flow_ros.sequences import ground_truth_at, load_sequence, match_event
 
 DEMO_TRUTH = (pathlib.Path(__file__).resolve().parents[1] / 'veckm_flow_ros' / 'data'
               / 'demo_scene.npz')
-PUBLISHED_MODEL = '640x480_32ms_C64_k8'
-
-
-@pytest.fixture(scope='module')
-def model_args(request):
-    """Return no arguments when a shipped default model exists, else the published weights."""
-    from veckm_flow_ros.model import default_model_name, ModelError
-    try:
-        default_model_name()
-        return []
-    except ModelError:
-        published_dir = request.getfixturevalue('published_models_dir')
-        return ['--model', str(published_dir / PUBLISHED_MODEL)]
 
 
 @pytest.fixture(scope='module')

@@ -28,30 +28,6 @@ from veckm_flow_ros.replay import (FLOW_IMAGE_TOPIC, FLOW_TOPIC, load_flows_npz,
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / 'veckm_flow_ros' / 'data'
 DEMO_BAG = DATA_DIR / 'demo_scene.mcap'
-PUBLISHED_MODEL = '640x480_32ms_C64_k8'
-
-
-@pytest.fixture(scope='module')
-def model(request):
-    """Load the shipped default model, else the published weights from ../shared (or skip)."""
-    from veckm_flow_ros.model import load_model, ModelError
-    try:
-        return load_model()
-    except ModelError:
-        published_dir = request.getfixturevalue('published_models_dir')
-        return load_model(published_dir / PUBLISHED_MODEL)
-
-
-@pytest.fixture(scope='module')
-def model_args(request):
-    """Return the CLI arguments that select the same model as the `model` fixture."""
-    from veckm_flow_ros.model import default_model_name, ModelError
-    try:
-        default_model_name()
-        return []
-    except ModelError:
-        published_dir = request.getfixturevalue('published_models_dir')
-        return ['--model', str(published_dir / PUBLISHED_MODEL)]
 
 
 def _quick(**changes):
