@@ -21,7 +21,10 @@ Workloads (synthetic, seeded: random straight edges moving across a 640x480 sens
 Each row reports flows/s end to end (encoding + MLP, inputs already on the device) from the
 wall time and, for CPU runs, from the process CPU time (what the cores actually spent: on a
 shared machine the wall time also counts waiting), and the peak memory of the run; the ratio
-to the Algorithm-1 baseline (wall) is measured in the same run.
+to the Algorithm-1 baseline (wall) is measured in the same run. CUDA rows are timed with CUDA
+events on the current stream (inputs resident on the GPU, no host transfers) and, in a second
+figure, including the transfers a caller pays: events copied from host memory to the GPU and
+the flows copied back.
 Only torch and numpy are needed (no ROS), so it runs on GPU machines without ROS wheels.
 """
 
@@ -47,8 +50,10 @@ class BenchRow:
     """
     One measurement of an implementation on a workload.
 
-    flows_per_s from the wall time; cpu_flows_per_s from the process CPU time (CPU runs; NaN
-    for CUDA); peak memory in MB.
+    flows_per_s from the wall time (CUDA: from CUDA events, inputs on the GPU);
+    cpu_flows_per_s from the process CPU time (CPU runs; NaN for CUDA);
+    flows_per_s_with_transfers (CUDA runs; NaN otherwise) counts the host->GPU copy of the
+    events and the GPU->host copy of the flows; peak memory in MB.
     """
 
     impl: str
@@ -58,6 +63,7 @@ class BenchRow:
     peak_mem_mb: float
     num_flows: int
     cpu_flows_per_s: float = math.nan
+    flows_per_s_with_transfers: float = math.nan
 
 
 def synthetic_edges(num_events: int, seed: int = 0, num_edges: int = 60,
@@ -116,16 +122,27 @@ def _time(function, device, repeats):
     function()  # warm-up (allocations, lazy init)
     best, best_cpu = math.inf, math.inf
     for _ in range(repeats):
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
         start = time.perf_counter()
         start_cpu = time.process_time()
         function()
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
         best_cpu = min(best_cpu, time.process_time() - start_cpu)
     return best, best_cpu
+
+
+def _time_cuda(function, repeats):
+    """Best time (seconds) of `repeats` calls between CUDA events on the current stream."""
+    function()  # warm-up (allocator, cuBLAS handles, module load)
+    torch.cuda.synchronize()
+    best = math.inf
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        function()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e-3)
+    return best
 
 
 def run_benchmark(devices=('cpu',), radii=RADII, workloads=tuple(WORKLOADS),
@@ -166,12 +183,25 @@ def run_benchmark(devices=('cpu',), radii=RADII, workloads=tuple(WORKLOADS),
                                          TAU_S, radius)
                     return ops.flow_mlp(features, *model[3:], 60.0)
 
-                seconds, cpu_seconds = _time(run_once, device,
-                                             repeats if impl != 'algorithm1' else 1)
+                with_transfers = math.nan
+                if device.type == 'cuda':
+                    seconds, cpu_seconds = _time_cuda(run_once, repeats), math.nan
+                    host = [torch.from_numpy(a).pin_memory() for a in (t_ns, x, y, subset)]
+
+                    def run_with_transfers():
+                        on_device = [a.to(device, non_blocking=True) for a in host]
+                        features, _ = ops.encode(*on_device, WIDTH, HEIGHT, *model[:3], TAU_S,
+                                                 radius)
+                        return ops.flow_mlp(features, *model[3:], 60.0).cpu()
+
+                    with_transfers = len(subset) / _time_cuda(run_with_transfers, repeats)
+                else:
+                    seconds, cpu_seconds = _time(run_once, device,
+                                                 repeats if impl != 'algorithm1' else 1)
                 cpu_rate = len(subset) / cpu_seconds if device.type == 'cpu' and cpu_seconds > 0 \
                     else math.nan
                 rows.append(BenchRow(impl, radius, workload, len(subset) / seconds,
-                                     _peak_mb(device), len(subset), cpu_rate))
+                                     _peak_mb(device), len(subset), cpu_rate, with_transfers))
     return rows
 
 
@@ -180,11 +210,11 @@ def format_table(rows: List[BenchRow]) -> str:
     baseline = {(row.radius, row.workload): row.flows_per_s for row in rows
                 if row.impl == 'algorithm1'}
     lines = [f'{"impl":<11} {"r":>3} {"workload":<8} {"flows":>8} {"flows/s":>12} '
-             f'{"x baseline":>10} {"flows/cpu-s":>12} {"peak MB":>9}']
+             f'{"x baseline":>10} {"flows/cpu-s":>12} {"+transfers/s":>13} {"peak MB":>9}']
     for row in rows:
         ratio = row.flows_per_s / baseline[(row.radius, row.workload)] \
             if (row.radius, row.workload) in baseline else float('nan')
         lines.append(f'{row.impl:<11} {row.radius:>3} {row.workload:<8} {row.num_flows:>8} '
                      f'{row.flows_per_s:>12,.0f} {ratio:>10.1f} {row.cpu_flows_per_s:>12,.0f} '
-                     f'{row.peak_mem_mb:>9.0f}')
+                     f'{row.flows_per_s_with_transfers:>13,.0f} {row.peak_mem_mb:>9.0f}')
     return '\n'.join(lines)

@@ -51,11 +51,17 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([{'impl': row.impl, 'radius': row.radius, 'workload': row.workload,
                            'flows_per_s': row.flows_per_s,
-                           'cpu_flows_per_s': (None if math.isnan(row.cpu_flows_per_s)
-                                               else row.cpu_flows_per_s),
+                           'cpu_flows_per_s': _or_none(row.cpu_flows_per_s),
+                           'flows_per_s_with_transfers': _or_none(
+                               row.flows_per_s_with_transfers),
                            'peak_mem_mb': row.peak_mem_mb}
                           for row in rows]))
     else:
-        print(f'torch {torch.__version__}, {torch.get_num_threads()} CPU threads')
+        gpu = f', GPU {torch.cuda.get_device_name()}' if 'cuda' in devices else ''
+        print(f'torch {torch.__version__}, {torch.get_num_threads()} CPU threads{gpu}')
         print(benchmark.format_table(rows))
     return 0
+
+
+def _or_none(value):
+    return None if math.isnan(value) else value

@@ -1,0 +1,136 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Streaming throughput of NormalFlowEstimator (the node's compute path) on CPU and CUDA.
+
+    python3 benchmarks/bench_estimator.py [--device cpu cuda] [--speed 1 10 33 100]
+                                          [--stride 1 8] [--block-ms 10] [--events 3000000]
+
+The bundled demo scene (640x480, 0.6 M events/s at 1x) is replayed time-compressed by each
+speed factor (speed 33: ~20 M events/s), looped until --events events, in 1 ms packets of
+sensor time, through one estimator per case (no ROS, no decoding: torch + numpy only, so it
+runs on GPU machines without ROS wheels). Columns: input rate of the stream, events/s the
+estimator sustained (wall), the real-time factor (> 1: keeps up), flows/s, and the p50/p99
+wall time of a push() call that produced blocks. The last column is the ratio to the CPU row
+of the same case, measured in the same run.
+"""
+
+import argparse
+import math
+import pathlib
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
+
+
+def compressed_stream(speed, total_events, packet_ns=1_000_000):
+    """Yield EventArray packets of the demo scene compressed in time by `speed`, looped."""
+    from veckm_flow_ros.events import EventArray
+    data = np.load(DEMO_NPZ)
+    t_ns = data['t'].astype(np.int64)
+    t_ns = t_ns - t_ns[0]
+    span_ns = int(t_ns[-1]) + 1
+    x, y, p = data['x'], data['y'], data['p']
+    loops = max(1, math.ceil(total_events / len(t_ns)))
+    t_all = np.concatenate([t_ns + k * span_ns for k in range(loops)])
+    t_all = (t_all / speed).astype(np.int64)
+    events = EventArray(t_all, np.tile(x, loops), np.tile(y, loops), np.tile(p, loops))
+    edges = np.searchsorted(t_all, np.arange(0, int(t_all[-1]) + packet_ns, packet_ns))
+    packets = [events[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    return packets, int(data['width']), int(data['height']), int(t_all[-1]) * 1e-9
+
+
+def run_case(model, device, packets, width, height, stride, block_ms):
+    import torch
+
+    from veckm_flow_ros.estimator import NormalFlowEstimator
+    estimator = NormalFlowEstimator(model, width, height, device=device,
+                                    block_s=block_ms * 1e-3, target_stride=stride)
+    # Warm-up on a copy (CUDA context, allocator, cuBLAS) so the timed run starts hot.
+    warm = NormalFlowEstimator(model, width, height, device=device, block_s=block_ms * 1e-3)
+    for packet in packets[:50]:
+        warm.push(packet)
+    warm.flush()
+    if device == 'cuda':
+        torch.cuda.synchronize()
+    push_times = []
+    flows = 0
+    start = time.perf_counter()
+    for packet in packets:
+        t0 = time.perf_counter()
+        blocks = estimator.push(packet)
+        if blocks:
+            push_times.append(time.perf_counter() - t0)
+            flows += sum(len(b) for b in blocks)
+    flows += sum(len(b) for b in estimator.flush())
+    wall = time.perf_counter() - start
+    return wall, flows, np.array(push_times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument('--model', default=None, help='model path or name (default: shipped)')
+    parser.add_argument('--device', nargs='+', default=['cpu', 'cuda'])
+    parser.add_argument('--speed', type=float, nargs='+', default=[1.0, 10.0, 33.0, 100.0])
+    parser.add_argument('--stride', type=int, nargs='+', default=[1, 8])
+    parser.add_argument('--block-ms', type=float, default=10.0)
+    parser.add_argument('--events', type=int, default=3_000_000,
+                        help='events per case (the scene is looped)')
+    parser.add_argument('--cpu-events', type=int, default=600_000,
+                        help='events per CPU case (slower)')
+    parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: default)')
+    args = parser.parse_args()
+
+    import torch
+
+    from veckm_flow_ros.model import load_model
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    gpu = torch.cuda.get_device_name() if 'cuda' in args.device else 'none'
+    print(f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), block '
+          f'{args.block_ms:g} ms, torch {torch.__version__}, {torch.get_num_threads()} CPU '
+          f'threads, GPU {gpu}')
+    header = (f'{"device":<6} {"speed":>6} {"stride":>6} {"events":>9} {"input ev/s":>12} '
+              f'{"ev/s":>12} {"xRT":>6} {"flows/s":>12} {"p50 ms":>7} {"p99 ms":>7} '
+              f'{"vs cpu":>7}')
+    print(header)
+    print('-' * len(header), flush=True)
+    for speed in args.speed:
+        for stride in args.stride:
+            cpu_rate = None
+            for device in args.device:
+                total = args.cpu_events if device == 'cpu' else args.events
+                packets, width, height, span_s = compressed_stream(speed, total)
+                events = sum(len(p) for p in packets)
+                wall, flows, push_times = run_case(model, device, packets, width, height,
+                                                   stride, args.block_ms)
+                rate = events / wall
+                if device == 'cpu':
+                    cpu_rate = rate
+                ratio = f'{rate / cpu_rate:>7.1f}' if cpu_rate and device != 'cpu' else \
+                    f'{"-":>7}'
+                p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
+                    else (math.nan, math.nan)
+                print(f'{device:<6} {speed:>6g} {stride:>6} {events:>9} {events / span_s:>12,.0f} '
+                      f'{rate:>12,.0f} {span_s / wall:>6.2f} {flows / wall:>12,.0f} '
+                      f'{p50:>7.1f} {p99:>7.1f} {ratio}', flush=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+# The checks that need a GPU, as one script for the lent GPU machine (no ROS there, no package
+# registry; its python3 already holds CUDA torch, numpy, pytest, hypothesis, opencv):
+#   build the CUDA extension in place, run the device-parametrised tests (CUDA == CPU),
+#   `veckm-flow bench` (CUDA events), the streaming estimator benchmark and a kernel profile.
+# Every log goes to $OUT (default out/device). Each step has its own time limit, so one hang
+# cannot eat the whole lease.
+#     OUT=out/device bash scripts/device_check.sh
+
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/device}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+step() { echo "== $(date +%T) $*"; }
+
+step machine
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
+  echo "cpus: $(nproc)"; nvcc --version | tail -2
+} 2>&1 | tee "$OUT/machine.txt"
+
+step build
+start=$(date +%s)
+FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 timeout 240 \
+  python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1
+rc=$?
+echo "build exit $rc in $(( $(date +%s) - start )) s"
+if [ $rc -ne 0 ]; then grep -E 'error|Error' "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; fi
+python3 -c 'import torch, veckm_flow_ros.ops; print(torch.ops.veckm_flow.encode.default._schema); \
+print("CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key("veckm_flow::encode", "CUDA"))'
+
+step tests
+timeout 150 python3 -m pytest -q -p no:cacheprovider --maxfail=10 test/test_encode_ops.py test/test_cuda.py \
+  test/test_estimator.py 2>&1 | tee "$OUT/tests.log" | tail -25
+
+step bench
+timeout 120 python3 -m veckm_flow_ros.cli bench --device cuda --repeats 10 2>&1 | tee "$OUT/bench.txt"
+
+step stream
+timeout 150 python3 benchmarks/bench_estimator.py --device cpu cuda --speed 1 10 33 100 \
+  --stride 1 8 2>&1 | tee "$OUT/stream.txt"
+
+step profile
+timeout 60 python3 benchmarks/profile_cuda.py --radius 10 2>&1 | tee "$OUT/profile.txt" | head -45
+step done
