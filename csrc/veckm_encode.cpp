@@ -45,6 +45,22 @@ void check_same_device(const at::Tensor& tensor, const char* name, const at::Ten
               " but t_ns/features are on ", first.device(), "; all inputs must share a device");
 }
 
+void check_coordinate(const at::Tensor& tensor, const char* name, const at::Tensor& t_ns) {
+  TORCH_CHECK(tensor.dim() == 1, name, " must be a 1-D tensor, got shape ", tensor.sizes());
+  const auto dtype = tensor.scalar_type();
+  TORCH_CHECK(dtype == at::kInt || dtype == at::kShort || dtype == at::kUInt16, name,
+              " must have dtype int32, int16 or uint16, got ", dtype);
+  TORCH_CHECK(tensor.numel() == t_ns.numel(), name, " must have as many elements as t_ns (",
+              t_ns.numel(), "), got ", tensor.numel());
+  check_same_device(tensor, name, t_ns);
+}
+
+void check_float(const at::Tensor& tensor, const char* name, const at::Tensor& features) {
+  TORCH_CHECK(tensor.scalar_type() == at::kFloat, name, " must be float32, got ",
+              tensor.scalar_type());
+  check_same_device(tensor, name, features);
+}
+
 }  // namespace
 
 at::Tensor coordinates_as_int32(const at::Tensor& coordinate) {
@@ -56,16 +72,8 @@ void check_encode_args(const at::Tensor& t_ns, const at::Tensor& x, const at::Te
                        const at::Tensor& freq_t, const at::Tensor& freq_x,
                        const at::Tensor& freq_y, double tau_s, int64_t pixel_radius) {
   check_vector(t_ns, "t_ns", at::kLong);
-  for (const auto& [tensor, name] : {std::pair<const at::Tensor&, const char*>{x, "x"},
-                                     std::pair<const at::Tensor&, const char*>{y, "y"}}) {
-    TORCH_CHECK(tensor.dim() == 1, name, " must be a 1-D tensor, got shape ", tensor.sizes());
-    const auto dtype = tensor.scalar_type();
-    TORCH_CHECK(dtype == at::kInt || dtype == at::kShort || dtype == at::kUInt16, name,
-                " must have dtype int32, int16 or uint16, got ", dtype);
-    TORCH_CHECK(tensor.numel() == t_ns.numel(), name, " must have as many elements as t_ns (",
-                t_ns.numel(), "), got ", tensor.numel());
-    check_same_device(tensor, name, t_ns);
-  }
+  check_coordinate(x, "x", t_ns);
+  check_coordinate(y, "y", t_ns);
   check_vector(target_index, "target_index", at::kLong);
   check_same_device(target_index, "target_index", t_ns);
   TORCH_CHECK(width > 0 && width <= 65536, "width must be in [1, 65536], got ", width);
@@ -92,14 +100,10 @@ void check_encode_args(const at::Tensor& t_ns, const at::Tensor& x, const at::Te
 void check_flow_mlp_args(const at::Tensor& features, const at::Tensor& w1, const at::Tensor& w2,
                          const at::Tensor& w3) {
   TORCH_CHECK(features.dim() == 2, "features must be (M, 2D), got shape ", features.sizes());
-  for (const auto& [tensor, name] : {std::pair<const at::Tensor&, const char*>{features, "features"},
-                                     std::pair<const at::Tensor&, const char*>{w1, "w1"},
-                                     std::pair<const at::Tensor&, const char*>{w2, "w2"},
-                                     std::pair<const at::Tensor&, const char*>{w3, "w3"}}) {
-    TORCH_CHECK(tensor.scalar_type() == at::kFloat, name, " must be float32, got ",
-                tensor.scalar_type());
-    check_same_device(tensor, name, features);
-  }
+  check_float(features, "features", features);
+  check_float(w1, "w1", features);
+  check_float(w2, "w2", features);
+  check_float(w3, "w3", features);
   TORCH_CHECK(w1.dim() == 2 && w1.size(0) == features.size(1),
               "w1 must be (2D, H) with 2D = features.size(1) = ", features.size(1), ", got ",
               w1.sizes());

@@ -27,6 +27,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # benchmarks/ import the in-place build
 step() { echo "== $(date +%T) $*"; }
 
 step machine

@@ -19,9 +19,10 @@
 //  1. group in-image events by pixel (sort on the pixel id): slots;
 //  2. Q_slot[k] = sum_events exp(i time phase) * exp(i pixel phase)   (float, one thread per
 //     (slot, k));
-//  3. box sum of Q over the (2r+1)^2 window of each target pixel, separable: float64 column
-//     sums for the rows holding targets (one thread per (row, x, k)), then float64 row sums at
-//     the target pixels (one thread per (target pixel, k)), normalised by sqrt(D)/C;
+//  3. box sum of Q over the (2r+1)^2 window of each target pixel, separable: float64 running
+//     column sums for the rows holding targets (one thread per (segment of rows, x, k)), then
+//     float64 row sums at the target pixels (one thread per (target pixel, k)), normalised by
+//     sqrt(D)/C;
 //  4. per target event: times exp(-i its time phase).
 // Rows are processed in chunks that bound the float64 column-sum buffer.
 
@@ -83,31 +84,61 @@ __global__ void embed_slot_kernel(const int64_t* order, const int64_t* slot_star
   slot_embed[slot * 2 * d + d + k] = im;
 }
 
-// Column sums over rows [row - r, row + r] for the target rows of this chunk.
+// Column sums over rows [row - r, row + r] for the target rows of this chunk (sorted,
+// distinct). One thread per (segment of kRowsPerSegment target rows, column, channel) keeps
+// a running float64 sum down the column: moving to the next target row adds the rows that
+// enter the window and subtracts those that leave it, so the cost per target row does not
+// depend on r (the window is recomputed only after a gap wider than the window). The sums
+// of float32 values in float64 are exact here, so the subtractions leave no drift.
+constexpr int64_t kRowsPerSegment = 32;
+
 __global__ void column_sum_kernel(const int32_t* target_rows, int64_t rows_in_chunk,
                                   const int32_t* slot_map, const float* slot_embed,
                                   const int64_t* slot_count, int64_t width, int64_t height,
                                   int64_t radius, int64_t d, double* column_sum,
                                   int64_t* column_count) {
   const int64_t channels = 2 * d;
+  const int64_t segments = (rows_in_chunk + kRowsPerSegment - 1) / kRowsPerSegment;
   const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= rows_in_chunk * width * channels) return;
+  if (item >= segments * width * channels) return;
   const int64_t channel = item % channels;
   const int64_t column = (item / channels) % width;
-  const int64_t row_index = item / (channels * width);
-  const int64_t row = target_rows[row_index];
-  const int64_t low = row - radius < 0 ? 0 : row - radius;
-  const int64_t high = row + radius > height - 1 ? height - 1 : row + radius;
+  const int64_t segment = item / (channels * width);
+  const int64_t first = segment * kRowsPerSegment;
+  const int64_t last = first + kRowsPerSegment < rows_in_chunk ? first + kRowsPerSegment
+                                                               : rows_in_chunk;
+  const bool with_count = channel == 0;
   double sum = 0.0;
   int64_t count = 0;
-  for (int64_t r = low; r <= high; ++r) {
-    const int32_t slot = slot_map[r * width + column];
-    if (slot < 0) continue;
-    sum += static_cast<double>(slot_embed[slot * channels + channel]);
-    count += slot_count[slot];
+  int64_t low = 0, high = -1;  // rows currently summed (empty)
+  for (int64_t i = first; i < last; ++i) {
+    const int64_t row = target_rows[i];
+    const int64_t new_low = row - radius < 0 ? 0 : row - radius;
+    const int64_t new_high = row + radius > height - 1 ? height - 1 : row + radius;
+    int64_t add_from = high + 1;
+    if (new_low > high) {  // no overlap with the previous window: start afresh
+      sum = 0.0;
+      count = 0;
+      add_from = new_low;
+    } else {
+      for (int64_t r = low; r < new_low; ++r) {
+        const int32_t slot = slot_map[r * width + column];
+        if (slot < 0) continue;
+        sum -= static_cast<double>(slot_embed[slot * channels + channel]);
+        if (with_count) count -= slot_count[slot];
+      }
+    }
+    for (int64_t r = add_from; r <= new_high; ++r) {
+      const int32_t slot = slot_map[r * width + column];
+      if (slot < 0) continue;
+      sum += static_cast<double>(slot_embed[slot * channels + channel]);
+      if (with_count) count += slot_count[slot];
+    }
+    low = new_low;
+    high = new_high;
+    column_sum[(i * width + column) * channels + channel] = sum;
+    if (with_count) column_count[i * width + column] = count;
   }
-  column_sum[item] = sum;
-  if (channel == 0) column_count[row_index * width + column] = count;
 }
 
 // Row sums of the column sums at each target pixel of this chunk, normalised.
@@ -189,9 +220,16 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
   if (m == 0) return {features, count};
   const auto target_index = target_index_in.contiguous();
-  TORCH_CHECK(n > 0 && target_index.min().item<int64_t>() >= 0 &&
-                  target_index.max().item<int64_t>() < n,
-              "target_index values must be event indices in [0, ", n, ")");
+  TORCH_CHECK(n > 0, "target_index holds ", m, " targets but there are no events");
+  {
+    auto [lowest, highest] = at::aminmax(target_index);
+    const auto bounds = at::stack({lowest, highest}).cpu();  // one device sync
+    const int64_t lowest_index = bounds[0].item<int64_t>();
+    const int64_t highest_index = bounds[1].item<int64_t>();
+    TORCH_CHECK(lowest_index >= 0 && highest_index < n,
+                "target_index values must be event indices in [0, ", n, "), got [",
+                lowest_index, ", ", highest_index, "]");
+  }
 
   const auto t_ns = t_ns_in.contiguous();
   const auto x = coordinates_as_int32(x_in);
@@ -263,7 +301,8 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   auto column_count = at::empty({rows_per_chunk, width}, long_options);
   for (int64_t chunk_begin = 0; chunk_begin < num_target_rows; chunk_begin += rows_per_chunk) {
     const int64_t rows = std::min(rows_per_chunk, num_target_rows - chunk_begin);
-    column_sum_kernel<<<blocks_for(rows * width * channels), kThreads, 0, stream>>>(
+    const int64_t segments = (rows + kRowsPerSegment - 1) / kRowsPerSegment;
+    column_sum_kernel<<<blocks_for(segments * width * channels), kThreads, 0, stream>>>(
         target_rows.data_ptr<int32_t>() + chunk_begin, rows, slot_map.data_ptr<int32_t>(),
         slot_embed.data_ptr<float>(), slot_count.data_ptr<int64_t>(), width, height,
         pixel_radius, d, column_sum.data_ptr<double>(), column_count.data_ptr<int64_t>());
