@@ -46,6 +46,7 @@ import pathlib
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -59,6 +60,7 @@ WIDTH, HEIGHT = 640, 480
 PACKET_NS = 1_000_000
 LAG_LIMIT_S = 0.25
 QUIET_S = 2.0
+SHUTDOWN_PROBLEMS = ('terminate called', 'Traceback', 'Exception ignored', 'Segmentation')
 CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
 
 
@@ -240,7 +242,12 @@ class Probe:
                 self.diagnostics = {kv.key: kv.value for kv in status.values}
 
     def close(self):
+        # Join the spin thread before rclpy shuts down: a daemon thread still inside rclpy's
+        # C++ wait when the interpreter exits is unwound by pthread_exit through a noexcept
+        # frame, and the process dies in std::terminate ('terminate called without an active
+        # exception').
         self.executor.shutdown()
+        self.thread.join(timeout=10)
         self.node.destroy_node()
 
 
@@ -253,14 +260,18 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
                 '-p', f'torch_threads:={args.torch_threads}']
     for name, value in CONFIGS[config_name].items():
         node_cmd += ['-p', f'{name}:={value}']
+    # The node's log goes to a file (a pipe nobody reads could fill and stall the node).
+    log = tempfile.TemporaryFile(mode='w+')
     node = subprocess.Popen(node_cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=log, text=True)
     publisher = None
+    row = None
     try:
         deadline = time.monotonic() + 60
         while probe.node.count_publishers(f'/{NODE_NAME}/flow') == 0:
             if node.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f'node did not start: {node.stderr.read()}')
+                log.seek(0)
+                raise RuntimeError(f'node did not start: {log.read()}')
             time.sleep(0.1)
         probe.records.clear()
         probe.diagnostics = {}
@@ -268,13 +279,16 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             [sys.executable, __file__, '--role', 'publisher', '--source', source,
              '--speed', str(speed), '--wall-s', str(args.wall_s),
              '--synthetic-rate', str(args.synthetic_rate)],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # CPU is counted from the first packet received to the end of the output.
         while not probe.records and publisher.poll() is None:
             time.sleep(0.01)
         cpu_start, wall_start = _proc_cpu_s(node.pid), time.perf_counter()
         out, _ = publisher.communicate(timeout=600)
-        line = [x for x in out.splitlines() if x.startswith('PUBLISHED')][0].split()
+        summary = [x for x in out.splitlines() if x.startswith('PUBLISHED')]
+        if not summary:
+            raise RuntimeError(f'the publisher failed: {out[-2000:]}')
+        line = summary[0].split()
         packets, events, publish_s = int(line[1]), int(line[2]), float(line[3])
         publish_end_ns, start_wall_ns = int(line[4]), int(line[5])
         count = -1
@@ -293,7 +307,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         lost = int(diagnostics.get('packets lost upstream (total)', -1))
         flows = int(records[:, 2].sum())
         span_s = (records[-1, 0] - records[0, 0]) * 1e-9 if len(records) > 1 else float('nan')
-        return {
+        row = {
             'config': config_name, 'source': source, 'speed': speed,
             'input_events_s': events / publish_s, 'packets': packets, 'events': events,
             'flows': flows, 'flows_s': flows / max(span_s, 1e-9),
@@ -313,6 +327,17 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             node.wait(timeout=20)
         except subprocess.TimeoutExpired:
             node.kill()
+            node.wait()
+    # A clean stop: exit status 0 and nothing alarming in the log (SIGTERM is a normal stop).
+    log.seek(0)
+    problems = [line for line in log.read().splitlines()
+                if any(word in line for word in SHUTDOWN_PROBLEMS)]
+    log.close()
+    if node.returncode != 0 or problems:
+        print(f'node exited with status {node.returncode}: ' + ' | '.join(problems[:5]),
+              file=sys.stderr)
+    row['exit_ok'] = node.returncode == 0 and not problems
+    return row
 
 
 def print_table(rows):

@@ -25,6 +25,7 @@ from ../shared/data (skipped when absent).
 """
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -290,6 +291,83 @@ def test_console_entry_point_reports_start_up_errors_without_traceback(model_pat
     assert result.returncode == 1, result.stderr
     assert 'pixel_radius is 10 px' in result.stderr
     assert 'Traceback' not in result.stderr
+
+
+def _stream_until(executor, publisher, process, packets, done, deadline):
+    """Publish `packets` in a loop (fresh stamps and seq) until done() or the process ends."""
+    seq = 0
+    while process.poll() is None and time.monotonic() < deadline:
+        for packet in packets:
+            msg = EventPacket()
+            msg.header.stamp = flow_node.stamp_from_ns(packet.first_t_ns + seq * 1_000_000)
+            msg.width, msg.height, msg.encoding, msg.seq = 640, 480, 'evt3', seq
+            msg.events = bytes(packet.data)
+            publisher.publish(msg)
+            seq += 1
+            executor.spin_once(timeout_sec=0.001)
+            if done() or process.poll() is not None:
+                return
+
+
+@pytest.mark.parametrize('phase', ['starting', 'streaming'])
+@pytest.mark.parametrize('stop_signal', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_node_process_stops_cleanly(ros_context, stop_signal, phase):
+    """
+    Ctrl-C / SIGTERM while the worker computes, or while the model loads: exit 0, quiet stderr.
+
+    The console script with torch_threads 2 (an OpenMP pool owned by the worker thread) and
+    the shipped default model. Catches 'terminate called without an active exception' (a
+    thread left inside C++ at exit), tracebacks (publishers created on a context the signal
+    already shut down) and errors from a worker publishing after shutdown.
+    """
+    from veckm_flow_ros.packets import encode_packets
+    env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
+    # A name of its own: the graph may still list the in-process test nodes' 'veckm_flow'.
+    name = f'veckm_flow_stop_{phase}_{int(stop_signal)}'
+    process = subprocess.Popen(
+        [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
+         'sys.exit(main())', '--ros-args', '-r', f'__node:={name}', '-p', 'torch_threads:=2',
+         '-p', 'block_ms:=5.0'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    probe = Node('stop_probe', context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(probe)
+    try:
+        deadline = time.monotonic() + 60
+        if phase == 'starting':
+            # The ROS node exists before the model loads (torch import, weights): stop then.
+            while name not in probe.get_node_names() \
+                    and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            process.send_signal(stop_signal)
+        else:
+            clouds = []
+            publisher = probe.create_publisher(EventPacket, f'/{name}/events',
+                                               flow_node.EVENTS_QOS)
+            probe.create_subscription(PointCloud2, f'/{name}/flow', clouds.append, QoSProfile(
+                depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+            while (publisher.get_subscription_count() == 0
+                   or probe.count_publishers(f'/{name}/flow') == 0) \
+                    and process.poll() is None and time.monotonic() < deadline:
+                executor.spin_once(timeout_sec=0.05)
+            events, _, _ = moving_edges(duration_s=0.2, radius_px=80)
+            packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
+            _stream_until(executor, publisher, process, packets, lambda: len(clouds) >= 3,
+                          deadline)
+            assert len(clouds) >= 3, 'no ~/flow from the node'
+            process.send_signal(stop_signal)  # mid-stream: the worker is computing
+            _stream_until(executor, publisher, process, packets, lambda: False,
+                          time.monotonic() + 15)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        executor.shutdown()
+        probe.destroy_node()
+    assert process.returncode == 0, stderr
+    for problem in ('terminate called', 'Traceback', 'Exception ignored', 'failed to process'):
+        assert problem not in stderr, stderr
 
 
 # ------------------------------------------------------------------------------------------

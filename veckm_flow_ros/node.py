@@ -54,6 +54,7 @@ most 1000 received messages.
 import collections
 from dataclasses import dataclass
 import math
+import signal
 import struct
 import sys
 import threading
@@ -595,6 +596,8 @@ class VecKMFlowNode(Node):
                 batch_events = int(min(max(rate * BATCH_BUDGET_S, MIN_BATCH_EVENTS),
                                        MAX_BATCH_EVENTS))
             except Exception as error:  # noqa: B902 - the worker must survive and say why
+                if self._stop.is_set() or not self.context.ok():
+                    return  # shutting down: publishing on a shut-down context fails
                 self.stats.add(bad_packets=len(packets))
                 self.get_logger().error(
                     f'failed to process {len(packets)} packet(s): {type(error).__name__}: '
@@ -827,6 +830,11 @@ def check_model_fits(model, config: dict):
 
 def main(args=None):
     """Console script veckm_flow_node: run the node until shutdown; returns the exit status."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # Ctrl-C takes SIGTERM's path: rclpy's handler (chained before this no-op) shuts the
+        # context down and the executor returns, instead of a KeyboardInterrupt landing at any
+        # bytecode (inside rclpy's executor it leaves half-built Tasks behind).
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
     rclpy.init(args=args)
     node = None
     try:
@@ -840,6 +848,12 @@ def main(args=None):
         # Start-up problems (parameters, model): one line, no traceback.
         print(f'{EXECUTABLE}: error: {error}', file=sys.stderr)
         return 1
+    except Exception:  # noqa: B902 - only to tell a stop during start-up from a failure
+        if rclpy.ok():
+            raise
+        # Ctrl-C / SIGTERM while the model loaded: rclpy's signal handler shut the context
+        # down, so creating the publishers failed (RCLError 'context is invalid'): a normal
+        # stop.
     finally:
         if node is not None:
             node.destroy_node()
