@@ -38,12 +38,29 @@ step machine
 } 2>&1 | tee "$OUT/machine.txt"
 
 step build
+# The GPU image's default compiler (/opt/gcc/bin/g++, a wrapper) links libstdc++ statically into
+# the extension; its private ostream then crashes (SIGSEGV in num_put) as soon as a TORCH_CHECK
+# message formats an integer. Build with the system compiler, which links it dynamically.
+if [ -x /usr/bin/g++ ]; then
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED='/usr/bin/g++ -shared'
+fi
+echo "compiler: ${CXX:-default}"; head -c 400 /opt/gcc/bin/g++ 2>/dev/null; echo
 start=$(date +%s)
 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 timeout 240 \
   python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1
 rc=$?
+if [ $rc -ne 0 ] && [ -n "${LDSHARED:-}" ]; then
+  echo "build with the system compiler failed (exit $rc); retrying with the default one"
+  grep -E 'error' "$OUT/build.log" | head -5
+  unset CC CXX LDSHARED
+  rm -rf build
+  FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 timeout 240 \
+    python3 setup.py build_ext --inplace >"$OUT/build.log" 2>&1
+  rc=$?
+fi
 echo "build exit $rc in $(( $(date +%s) - start )) s"
 if [ $rc -ne 0 ]; then grep -E 'error|Error' "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; fi
+ldd veckm_flow_ros/_C*.so | grep -E 'stdc\+\+|gomp|cudart'
 python3 -c 'import torch, veckm_flow_ros.ops; print(torch.ops.veckm_flow.encode.default._schema); \
 print("CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key("veckm_flow::encode", "CUDA"))'
 
