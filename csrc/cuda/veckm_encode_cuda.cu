@@ -49,11 +49,51 @@ inline unsigned int blocks_for(int64_t items) {
 }
 
 __global__ void pixel_key_kernel(const int32_t* x, const int32_t* y, int64_t n, int64_t width,
-                                 int64_t height, int64_t* key) {
+                                 int64_t height, int32_t* key) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
   const bool inside = x[j] >= 0 && x[j] < width && y[j] >= 0 && y[j] < height;
-  key[j] = inside ? static_cast<int64_t>(y[j]) * width + x[j] : width * height;
+  // width * height <= 2^30 (checked), so keys and the outside key fit in int32.
+  key[j] = static_cast<int32_t>(inside ? y[j] * width + x[j] : width * height);
+}
+
+// run_start[j] = 1 where a run of equal in-image keys begins in the sorted keys.
+__global__ void run_start_kernel(const int32_t* sorted_key, int64_t n, int32_t outside_key,
+                                 uint8_t* run_start) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  run_start[j] = sorted_key[j] != outside_key && (j == 0 || sorted_key[j] != sorted_key[j - 1]);
+}
+
+// Slot of every event, scattered back through the sort order (-1: outside the image).
+// run_count[j] = number of run starts at sorted positions <= j.
+__global__ void event_slot_kernel(const int64_t* order, const int32_t* sorted_key,
+                                  const int64_t* run_count, int64_t n, int32_t outside_key,
+                                  int64_t* event_slot) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  event_slot[order[j]] = sorted_key[j] == outside_key ? -1 : run_count[j] - 1;
+}
+
+// Marks the slots holding targets and the rows holding those slots (all writers write 1).
+__global__ void mark_targets_kernel(const int64_t* target_slot, int64_t m,
+                                    const int64_t* slot_key, int64_t width, uint8_t* slot_flag,
+                                    uint8_t* row_flag) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m) return;
+  const int64_t slot = target_slot[i];
+  if (slot < 0) return;
+  slot_flag[slot] = 1;
+  row_flag[slot_key[slot] / width] = 1;
+}
+
+// Index of each target event's pixel among the target pixels (-1: outside the image).
+__global__ void compact_targets_kernel(const int64_t* target_slot, int64_t m,
+                                       const int64_t* slot_to_target, int64_t* target_compact) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m) return;
+  const int64_t slot = target_slot[i];
+  target_compact[i] = slot < 0 ? -1 : slot_to_target[slot];
 }
 
 __global__ void embed_slot_kernel(const int64_t* order, const int64_t* slot_start,
@@ -241,26 +281,40 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
   const int64_t outside_key = width * height;
 
-  // 1. Slots: sort events by pixel id; out-of-image events sort last under outside_key.
-  auto key = at::empty({n}, long_options);
+  // 1. Slots: sort events by pixel id (int32 keys: half the radix passes of int64);
+  //    out-of-image events sort last under outside_key. Host syncs in this function: the
+  //    target range check and the three nonzero() sizes below.
+  const auto int_options = t_ns_in.options().dtype(at::kInt);
+  const auto byte_options = t_ns_in.options().dtype(at::kByte);
+  auto key = at::empty({n}, int_options);
   pixel_key_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-      x.data_ptr<int32_t>(), y.data_ptr<int32_t>(), n, width, height, key.data_ptr<int64_t>());
+      x.data_ptr<int32_t>(), y.data_ptr<int32_t>(), n, width, height, key.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto [sorted_key, order] = at::sort(key);
-  auto [unique_key, inverse, run_length] =
-      at::unique_consecutive(sorted_key, /*return_inverse=*/true, /*return_counts=*/true);
-  const bool has_outside = unique_key[-1].item<int64_t>() == outside_key;
-  const int64_t num_slots = unique_key.numel() - (has_outside ? 1 : 0);
-  // Slot of every event (the outside run, if any, maps to -1).
-  auto event_slot = at::empty({n}, long_options);
-  event_slot.index_put_({order}, at::where(inverse < num_slots, inverse, -1));
-  auto target_slot = event_slot.index_select(0, target_index);
-  if (num_slots == 0) return {features, count};
-  auto slot_key = unique_key.narrow(0, 0, num_slots).contiguous();
-  auto slot_count = run_length.narrow(0, 0, num_slots).contiguous();
-  auto slot_start = at::zeros({num_slots + 1}, long_options);
-  slot_start.narrow(0, 1, num_slots).copy_(at::cumsum(slot_count, 0));
+  sorted_key = sorted_key.contiguous();
   order = order.contiguous();
+  auto run_start = at::empty({n}, byte_options);
+  run_start_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      sorted_key.data_ptr<int32_t>(), n, static_cast<int32_t>(outside_key),
+      run_start.data_ptr<uint8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto slot_first = at::nonzero(run_start).squeeze(1).contiguous();  // sorted positions
+  const int64_t num_slots = slot_first.numel();
+  if (num_slots == 0) return {features, count};
+  auto run_count = at::cumsum(run_start, 0, at::kLong);
+  auto event_slot = at::empty({n}, long_options);
+  event_slot_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      order.data_ptr<int64_t>(), sorted_key.data_ptr<int32_t>(), run_count.data_ptr<int64_t>(),
+      n, static_cast<int32_t>(outside_key), event_slot.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto target_slot = event_slot.index_select(0, target_index).contiguous();
+  auto slot_key = sorted_key.index_select(0, slot_first).to(at::kLong).contiguous();
+  // Slot j holds the sorted events [slot_start[j], slot_start[j + 1]); the last slot ends
+  // where the out-of-image events begin.
+  auto inside_events = (sorted_key < static_cast<int32_t>(outside_key)).sum().to(at::kLong);
+  auto slot_start = at::cat({slot_first, inside_events.reshape({1})}).contiguous();
+  auto slot_count =
+      (slot_start.narrow(0, 1, num_slots) - slot_start.narrow(0, 0, num_slots)).contiguous();
 
   // 2. Q per slot.
   auto slot_embed = at::empty({num_slots, channels}, features.options());
@@ -270,25 +324,34 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
       freq_x.data_ptr<float>(), freq_y.data_ptr<float>(), inv_radius, width, d,
       slot_embed.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto slot_map = at::full({height * width}, -1, t_ns.options().dtype(at::kInt));
-  slot_map.index_put_({slot_key}, at::arange(num_slots, long_options).to(at::kInt));
+  auto slot_map = at::full({height * width}, -1, int_options);
+  slot_map.index_put_({slot_key}, at::arange(num_slots, int_options));
 
-  // Target pixels (unique slots holding targets) and the rows holding them.
-  auto valid_target = target_slot >= 0;
-  auto [target_slots, target_inverse] =
-      at::_unique(target_slot.masked_select(valid_target), /*sorted=*/true,
-                  /*return_inverse=*/true);
+  // Target pixels (slots holding targets, ascending) and the rows holding them (ascending).
+  auto slot_flag = at::zeros({num_slots}, byte_options);
+  auto row_flag = at::zeros({height}, byte_options);
+  mark_targets_kernel<<<blocks_for(m), kThreads, 0, stream>>>(
+      target_slot.data_ptr<int64_t>(), m, slot_key.data_ptr<int64_t>(), width,
+      slot_flag.data_ptr<uint8_t>(), row_flag.data_ptr<uint8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto target_slots = at::nonzero(slot_flag).squeeze(1).contiguous();
   const int64_t num_target_slots = target_slots.numel();
   if (num_target_slots == 0) return {features, count};
-  auto target_compact = at::full({m}, -1, long_options);
-  target_compact.masked_scatter_(valid_target, target_inverse);
+  auto target_rows_long = at::nonzero(row_flag).squeeze(1).contiguous();
+  const int64_t num_target_rows = target_rows_long.numel();
+  auto slot_to_target = at::full({num_slots}, -1, long_options);
+  slot_to_target.index_put_({target_slots}, at::arange(num_target_slots, long_options));
+  auto target_compact = at::empty({m}, long_options);
+  compact_targets_kernel<<<blocks_for(m), kThreads, 0, stream>>>(
+      target_slot.data_ptr<int64_t>(), m, slot_to_target.data_ptr<int64_t>(),
+      target_compact.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto target_slot_key = slot_key.index_select(0, target_slots).contiguous();
-  auto target_row = at::div(target_slot_key, width, "floor");
-  auto [target_rows, target_row_index] =
-      at::_unique(target_row, /*sorted=*/true, /*return_inverse=*/true);
-  target_rows = target_rows.to(at::kInt).contiguous();
-  target_row_index = target_row_index.to(at::kInt).contiguous();
-  const int64_t num_target_rows = target_rows.numel();
+  auto row_to_index = at::full({height}, -1, int_options);
+  row_to_index.index_put_({target_rows_long}, at::arange(num_target_rows, int_options));
+  auto target_row_index =
+      row_to_index.index_select(0, at::div(target_slot_key, width, "floor")).contiguous();
+  auto target_rows = target_rows_long.to(at::kInt).contiguous();
 
   // 3. Box sums, in chunks of target rows.
   auto pooled = at::empty({num_target_slots, channels}, features.options());
@@ -332,8 +395,11 @@ at::Tensor flow_mlp_cuda(const at::Tensor& features, const at::Tensor& w1, const
   TORCH_CHECK(features.is_cuda(), "features must be a CUDA tensor for the CUDA kernel");
   const c10::cuda::CUDAGuard device_guard(features.device());
   if (features.size(0) == 0) return at::empty({0, 2}, features.options());
-  auto hidden = at::mm(features, w1).relu_();
-  hidden = at::mm(hidden, w2).relu_();
+  // ReLU fused into the GEMM epilogue (cuBLASLt) through a zero bias where torch supports it;
+  // otherwise torch falls back to addmm + relu: the same result.
+  const auto zero_bias = at::zeros({w1.size(1)}, features.options());
+  auto hidden = at::_addmm_activation(zero_bias, features, w1);
+  hidden = at::_addmm_activation(zero_bias, hidden, w2);
   auto flow = at::mm(hidden, w3);
   if (flow_scale != 1.0) flow.mul_(flow_scale);
   return flow;
