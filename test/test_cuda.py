@@ -83,7 +83,7 @@ def test_confidence_cuda_equals_cpu(model):
 
 
 def test_cuda_column_sum_chunks_on_a_wide_sensor():
-    """width 65536: one float64 column-sum row is 64 MB, so the kernel works in row chunks."""
+    """A 65536-px-wide sensor: one float64 column-sum row is 64 MB, so the kernel chunks rows."""
     width, height, radius, d = 65536, 48, 8, 64
     generator = torch.Generator().manual_seed(3)
     n = 6000
@@ -101,3 +101,14 @@ def test_cuda_column_sum_chunks_on_a_wide_sensor():
     assert torch.equal(count.cpu().long(), expected_count)
     error = (features.double().cpu() - expected).norm(dim=1) / expected.norm(dim=1)
     assert error.max().item() <= 1e-4
+
+
+def test_inputs_on_mixed_devices_are_refused_by_name():
+    t_ns = torch.arange(5, dtype=torch.int64)
+    x = torch.zeros(5, dtype=torch.int32)
+    freqs = [torch.ones(8) for _ in range(3)]
+    with pytest.raises(RuntimeError, match='freq_t is on cpu .* must share a device'):
+        ops.encode(t_ns.cuda(), x.cuda(), x.cuda(), t_ns.cuda(), 8, 8, *freqs, 0.012, 3)
+    with pytest.raises(RuntimeError, match='w1 is on cpu'):
+        ops.flow_mlp(torch.zeros(3, 128, device='cuda'), torch.zeros(128, 16),
+                     torch.zeros(16, 16, device='cuda'), torch.zeros(16, 2, device='cuda'))

@@ -137,6 +137,25 @@ def test_target_outside_image_is_invalid_not_nan(device):
 
 
 @DEVICES
+@pytest.mark.parametrize('case', ['targets_outside', 'all_events_outside'])
+def test_nothing_inside_to_pool(device, case):
+    # Only out-of-image targets (events inside exist), or no event inside the image at all:
+    # the kernels' early exits must still return zero features and count 0 for every target.
+    t_ns = torch.arange(6, dtype=torch.int64) * 1000
+    if case == 'targets_outside':
+        x = torch.tensor([1, 2, 3, 20, -4, 30], dtype=torch.int32)
+        targets = torch.tensor([3, 4, 5, 5])
+    else:
+        x = torch.tensor([20, 21, -1, -2, 40, 50], dtype=torch.int32)
+        targets = torch.arange(6)
+    y = torch.full((6,), 2, dtype=torch.int32)
+    features, count, expected, expected_count = _encode_both(
+        device, t_ns, x, y, targets, 10, 10, 3)
+    assert torch.equal(count.long(), expected_count) and (count == 0).all()
+    assert (features == 0).all()
+
+
+@DEVICES
 def test_absolute_timestamps_keep_precision(device):
     # ROS stamps (~1.7e9 s) would lose ~100 s of resolution in float32; the op takes int64 ns.
     t_ns, x, y = _random_events(500, 30, 20, seed=5, t0_ns=0)
@@ -204,16 +223,18 @@ def test_flow_mlp_matches_reference(device, rows, hidden):
     assert error.max().item() <= 1e-4
 
 
-def test_argument_checks_name_the_argument():
-    t_ns, x, y = _random_events(10, 8, 8, seed=0)
-    freq_t, freq_x, freq_y = _frequencies(64)
-    targets = torch.arange(10)
+@DEVICES
+def test_argument_checks_name_the_argument(device):
+    t_ns, x, y = (a.to(device) for a in _random_events(10, 8, 8, seed=0))
+    freq_t, freq_x, freq_y = (f.to(device) for f in _frequencies(64))
+    targets = torch.arange(10, device=device)
     with pytest.raises(RuntimeError, match='x must have dtype'):
         ops.encode(t_ns, x.float(), y, targets, 8, 8, freq_t, freq_x, freq_y, 0.012, 8)
     with pytest.raises(RuntimeError, match='t_ns must have dtype'):
         ops.encode(t_ns.double(), x, y, targets, 8, 8, freq_t, freq_x, freq_y, 0.012, 8)
     with pytest.raises(RuntimeError, match='target_index'):
-        ops.encode(t_ns, x, y, torch.tensor([10]), 8, 8, freq_t, freq_x, freq_y, 0.012, 8)
+        ops.encode(t_ns, x, y, torch.tensor([10], device=device), 8, 8, freq_t, freq_x, freq_y,
+                   0.012, 8)
     with pytest.raises(RuntimeError, match='pixel_radius'):
         ops.encode(t_ns, x, y, targets, 8, 8, freq_t, freq_x, freq_y, 0.012, 0)
     with pytest.raises(RuntimeError, match='same length D'):
@@ -221,8 +242,8 @@ def test_argument_checks_name_the_argument():
     with pytest.raises(RuntimeError, match='tau_s'):
         ops.encode(t_ns, x, y, targets, 8, 8, freq_t, freq_x, freq_y, -1.0, 8)
     with pytest.raises(RuntimeError, match='w2 must be'):
-        ops.flow_mlp(torch.zeros(3, 128), torch.zeros(128, 16), torch.zeros(15, 16),
-                     torch.zeros(16, 2))
+        ops.flow_mlp(*(torch.zeros(shape, device=device)
+                       for shape in ((3, 128), (128, 16), (15, 16), (16, 2))))
 
 
 def test_opcheck():
