@@ -63,27 +63,6 @@ def _log(message):
     print(message, flush=True)
 
 
-def decode_recording(path, max_events):
-    """Return (EventArray of the first max_events CD events, width, height)."""
-    from veckm_flow_ros.bag import EventBag
-    from veckm_flow_ros.decode import PacketDecoder
-    from veckm_flow_ros.events import EventArray
-    decoder = PacketDecoder()
-    parts, total, size = [], 0, None
-    with EventBag(path) as bag:
-        for item in bag.messages():
-            result = decoder.decode_message(item.msg)
-            size = (int(item.msg.width), int(item.msg.height))
-            if len(result.events):
-                parts.append(result.events)
-                total += len(result.events)
-            if total >= max_events:
-                break
-    events = EventArray.concatenate(parts)[:max_events]
-    order = np.argsort(events.t_ns, kind='stable')
-    return events[order], size[0], size[1]
-
-
 def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
     """
     Context size C_n (int64 [N]) of every event as the centred estimator sees it.
@@ -122,7 +101,7 @@ def real_agreement(ours, published, recordings_dir, max_events):
         path = recordings_dir / name
         if not path.exists():
             continue
-        events, width, height = decode_recording(path, max_events)
+        events, width, height = evaluate.decode_recording(path, max_events)
         sequence = SimulatedSequence(events, np.full((len(events), 2), np.nan, np.float32),
                                      np.zeros(len(events), bool), width, height)
         # The plain flows are those of a run without confidence; the confidences split the

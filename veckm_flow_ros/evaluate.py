@@ -92,6 +92,32 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
     return Prediction(flow, confidence)
 
 
+def decode_recording(path, max_events: Optional[int] = None):
+    """
+    Decode a recorded bag (folder or file) of EventPackets, through the node's decoder.
+
+    Returns (EventArray of the first max_events CD events sorted by time (all with None),
+    width, height); no ground truth (real recordings).
+    """
+    from veckm_flow_ros.bag import EventBag
+    from veckm_flow_ros.decode import PacketDecoder
+    from veckm_flow_ros.events import EventArray
+    decoder = PacketDecoder()
+    parts, total, size = [], 0, None
+    with EventBag(path) as bag:
+        for item in bag.messages():
+            result = decoder.decode_message(item.msg)
+            size = (int(item.msg.width), int(item.msg.height))
+            if len(result.events):
+                parts.append(result.events)
+                total += len(result.events)
+            if max_events is not None and total >= max_events:
+                break
+    events = EventArray.concatenate(parts)[:max_events]
+    order = np.argsort(events.t_ns, kind='stable')
+    return events[order], size[0], size[1]
+
+
 def heldout_specs(count: int = 12) -> List[dict]:
     """
     Scenes never used in training: held-out textures under every motion, held-out motion.
