@@ -41,10 +41,13 @@ all read-only except image_max_speed_px_s)
     image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence
     diagnostics_period_s [s]
 
-Threads: the executor thread only parses the header fields of received packets (raw
-subscription: CDR bytes, no message object, payload referenced not copied) into a bounded queue
-(and runs the image/diagnostics timers); one worker thread decodes, runs the estimator and
-publishes. Memory is bounded: the packet queue holds at most max_queued_events estimated events
+Threads: a receive thread takes ~/events messages straight from the subscription (raw CDR
+bytes, no message object, payload referenced not copied; rclpy's executor would cost ~200 us of
+Python per message, more than the node's whole per-packet work, while holding the GIL the
+worker needs), parses their header fields and queues them in a bounded queue; one worker
+thread decodes, runs the estimator and publishes; the executor thread runs the image and
+diagnostics timers and the parameter services. Memory is bounded: the packet queue holds at
+most max_queued_events estimated events
 (payload <= 8 bytes x max_queued_events: 80 MB by default, 20 MB for evt3) and
 MAX_QUEUED_PACKETS packets; the estimator keeps at most max_buffered_events events (~21 bytes
 each: 84 MB by default); the image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at
@@ -52,6 +55,7 @@ most 1000 received messages.
 """
 
 import collections
+import contextlib
 from dataclasses import dataclass
 import math
 import signal
@@ -68,7 +72,9 @@ import numpy as np
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 SetParametersResult)
 import rclpy
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2, PointField
@@ -92,6 +98,8 @@ MAX_BATCH_EVENTS = 500_000
 RESTART_TOLERANCE_NS = 100_000_000
 IMAGE_MAX_FLOWS = 500_000
 LATENCY_SAMPLES = 10000
+# The receive thread waits at most this long before looking at the stop flag again.
+RECEIVE_WAIT_NS = 100_000_000
 
 EVENTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
                         reliability=ReliabilityPolicy.BEST_EFFORT,
@@ -176,6 +184,22 @@ def _descriptor(spec: ParameterSpec) -> ParameterDescriptor:
 
 class ConfigurationError(ValueError):
     """The node's parameters and model do not fit together (raised at start-up)."""
+
+
+class OwnThreadCallbackGroup(ReentrantCallbackGroup):
+    """
+    A callback group that no executor runs: its entities are served by the node's own thread.
+
+    Used for the ~/events subscription and its QoS event handlers. The event handlers matter
+    too: with Fast DDS they wake a wait set on every received message without being ready,
+    so an executor holding them rebuilt its wait set in Python hundreds of times a second.
+    """
+
+    def can_execute(self, entity) -> bool:
+        return False
+
+    def beginning_execution(self, entity) -> bool:
+        return False
 
 
 # ------------------------------------------------------------------------------------------
@@ -377,7 +401,7 @@ def image_message(bgr: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
 
 
 class Statistics:
-    """Counters shared by the executor thread and the worker (guarded by one lock)."""
+    """Counters shared by the node's threads (guarded by one lock)."""
 
     TOTALS = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps',
               'missed_packets',
@@ -439,6 +463,7 @@ class VecKMFlowNode(Node):
 
     def __init__(self, **node_kwargs):
         super().__init__(NODE_NAME, **node_kwargs)
+        self._log_times = {}
         self.config = {spec.name: self.declare_parameter(spec.name, spec.default,
                                                          _descriptor(spec)).value
                        for spec in PARAMETERS}
@@ -458,9 +483,10 @@ class VecKMFlowNode(Node):
         self.image_pub = self.create_publisher(Image, '~/flow_image', OUTPUT_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                      OUTPUT_QOS)
-        # raw: the callback gets the CDR bytes (no message object, no payload copy).
+        # raw: CDR bytes (no message object, no payload copy), taken by the receive thread.
         self.events_sub = self.create_subscription(EventPacket, '~/events', self._on_packet,
-                                                   EVENTS_QOS, raw=True)
+                                                   EVENTS_QOS, raw=True,
+                                                   callback_group=OwnThreadCallbackGroup())
         image_rate_hz = self.config['image_rate_hz']
         self._image_timer = None
         if image_rate_hz > 0:
@@ -468,9 +494,13 @@ class VecKMFlowNode(Node):
         self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
                                                     self._on_diagnostics_timer)
         self._stop = threading.Event()
+        self._receive_wake = GuardCondition(None, None, context=self.context)
         self._worker = threading.Thread(target=self._work, name='veckm_flow_worker',
                                         daemon=True)
+        self._receiver = threading.Thread(target=self._receive, name='veckm_flow_receive',
+                                          daemon=True)
         self._worker.start()
+        self._receiver.start()
         model = self.model
         self.get_logger().info(
             f'model {self.model_name!r}: r = {model.pixel_radius} px, '
@@ -478,6 +508,28 @@ class VecKMFlowNode(Node):
             f'device {self.config["device"]}, block {self.config["block_ms"]:g} ms, '
             f'{"causal" if self.config["causal"] else "centred"} context, target stride '
             f'{self.config["target_stride"]}, queue {self.config["max_queued_events"]} events')
+
+    def _log_throttled(self, level: str, message: str, period_s: float = 5.0):
+        """
+        Log at most once per period_s from each call site.
+
+        Cheaper than rclpy's throttle_duration_sec, which looks the caller up (file system
+        calls) on every call, also when throttled: under overload the warnings would add load.
+        """
+        caller = sys._getframe(1)
+        key = (caller.f_code, caller.f_lineno)
+        now = time.monotonic()
+        if now - self._log_times.get(key, -math.inf) < period_s:
+            return
+        self._log_times[key] = now
+        # One call site per severity: rclpy's logger refuses a new severity from a known site.
+        logger = self.get_logger()
+        if level == 'error':
+            logger.error(message)
+        elif level == 'warning':
+            logger.warning(message)
+        else:
+            logger.info(message)
 
     def _on_set_parameters(self, parameters):
         for parameter in parameters:
@@ -534,7 +586,44 @@ class VecKMFlowNode(Node):
         self.sensor_size = (width, height)
         return self.estimator
 
-    # -- executor thread: receive -------------------------------------------------------------
+    # -- receive thread -----------------------------------------------------------------------
+
+    def _receive(self):
+        """
+        Take ~/events messages as they arrive (all that are there at each wake-up).
+
+        Also runs the subscription's QoS event callbacks (incompatible QoS or type warnings),
+        which rclpy would otherwise run on the executor.
+        """
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+        subscription, wake = self.events_sub, self._receive_wake
+        handlers = list(subscription.event_handlers)
+        try:
+            wait_set = _rclpy.WaitSet(1, 1, 0, 0, 0, len(handlers), self.context.handle)
+            while not self._stop.is_set() and self.context.ok():
+                with contextlib.ExitStack() as in_use:
+                    for entity in (subscription.handle, wake.handle, *handlers):
+                        in_use.enter_context(entity)
+                    wait_set.clear_entities()
+                    wait_set.add_subscription(subscription.handle)
+                    wait_set.add_guard_condition(wake.handle)
+                    for handler in handlers:
+                        handler.add_to_wait_set(wait_set)
+                    wait_set.wait(RECEIVE_WAIT_NS)
+                    for handler in handlers:
+                        if handler.is_ready(wait_set):
+                            event = handler.take_data()
+                            if event and handler.callback is not None:
+                                handler.callback(event)
+                    while not self._stop.is_set():
+                        taken = subscription.handle.take_message(EventPacket, True)
+                        if taken is None:
+                            break
+                        self._on_packet(taken[0])
+        except Exception as error:  # noqa: B902 - say why input stopped, unless shutting down
+            if not self._stop.is_set() and self.context.ok():
+                self.get_logger().error(f'receiving ~/events failed, no more input: '
+                                        f'{type(error).__name__}: {error}')
 
     def _on_packet(self, raw: bytes):
         """Enqueue the packet (serialized EventPacket; no decoding here); count seq gaps/drops."""
@@ -542,8 +631,8 @@ class VecKMFlowNode(Node):
             fields = parse_event_packet_cdr(raw)
         except ValueError as error:
             self.stats.add(packets=1, bad_packets=1, handled_packets=1)
-            self.get_logger().warning(f'dropping a malformed EventPacket: {error}',
-                                      throttle_duration_sec=5.0)
+            self._log_throttled(
+                'warning', f'dropping a malformed EventPacket: {error}')
             return
         encoding = fields['encoding']
         size = len(fields['events'])
@@ -558,16 +647,17 @@ class VecKMFlowNode(Node):
         self.stats.add(packets=1, missed_packets=missed, seq_gaps=int(missed > 0),
                        dropped_packets=dropped)
         if missed:
-            self.get_logger().warning(
+            self._log_throttled(
+                'warning',
                 f'sequence gap on ~/events: seq {packet.seq} after {packet.seq - missed - 1}, '
                 f'{missed} packet(s) lost upstream (total gaps '
-                f'{self.stats.totals["seq_gaps"]})', throttle_duration_sec=5.0)
+                f'{self.stats.totals["seq_gaps"]})')
         if dropped:
-            self.get_logger().warning(
-                f'input queue over capacity ({self.queue.max_events} events): dropped '
+            self._log_throttled(
+                'warning', f'input queue over capacity ({self.queue.max_events} events): dropped '
                 f'{dropped} oldest packet(s), {self.stats.totals["dropped_packets"]} in total; '
                 'the estimator is slower than the input (raise target_stride or lower the '
-                'event rate)', throttle_duration_sec=5.0)
+                'event rate)')
 
     # -- worker thread: decode, estimate, publish --------------------------------------------
 
@@ -599,9 +689,10 @@ class VecKMFlowNode(Node):
                 if self._stop.is_set() or not self.context.ok():
                     return  # shutting down: publishing on a shut-down context fails
                 self.stats.add(bad_packets=len(packets))
-                self.get_logger().error(
+                self._log_throttled(
+                    'error',
                     f'failed to process {len(packets)} packet(s): {type(error).__name__}: '
-                    f'{error}', throttle_duration_sec=5.0)
+                    f'{error}')
                 self._reset_stream(f'{type(error).__name__} while processing')
             finally:
                 self.stats.add(handled_packets=len(packets))
@@ -612,12 +703,11 @@ class VecKMFlowNode(Node):
         if not dropped:
             return
         self.stats.add(dropped_packets=dropped)
-        self.get_logger().warning(
-            f'input waited longer than max_queue_delay_ms = '
+        self._log_throttled(
+            'warning', f'input waited longer than max_queue_delay_ms = '
             f'{self.config["max_queue_delay_ms"]:g} ms: dropped {dropped} oldest packet(s), '
             f'{self.stats.totals["dropped_packets"]} in total; the estimator is slower than '
-            'the input (raise target_stride or lower the event rate)',
-            throttle_duration_sec=5.0)
+            'the input (raise target_stride or lower the event rate)')
 
     def _process(self, packets: List[QueuedPacket]):
         """
@@ -666,16 +756,17 @@ class VecKMFlowNode(Node):
                                          packet.width, packet.height)
         except DecodeError as error:
             self.stats.add(bad_packets=1)
-            self.get_logger().warning(
+            self._log_throttled(
+                'warning',
                 f'dropping packet seq {packet.seq}: {error} ({self.stats.totals["bad_packets"]} '
-                'bad packets so far)', throttle_duration_sec=5.0)
+                'bad packets so far)')
             return None
         if result.problems:
             self.stats.add(decode_problems=len(result.problems))
-            self.get_logger().warning(
+            self._log_throttled(
+                'warning',
                 f'packet seq {packet.seq} ({packet.encoding}): {"; ".join(result.problems)} '
-                f'({self.stats.totals["decode_problems"]} decode problems so far)',
-                throttle_duration_sec=5.0)
+                f'({self.stats.totals["decode_problems"]} decode problems so far)')
         self.stats.add(events=len(result.events))
         return result.events
 
@@ -705,8 +796,8 @@ class VecKMFlowNode(Node):
         self._last_seq = None
         self._last_sensor_t_ns = None
         self.stats.add(estimator_resets=1)
-        self.get_logger().info(f'resetting decoder, time sync and estimator: {reason}',
-                               throttle_duration_sec=1.0)
+        self._log_throttled(
+            'info', f'resetting decoder, time sync and estimator: {reason}', period_s=1.0)
 
     # -- flow image ---------------------------------------------------------------------------
 
@@ -779,12 +870,12 @@ class VecKMFlowNode(Node):
         self.diagnostics_pub.publish(array)
         if period['packets'] == 0:
             return  # idle: /diagnostics says so, the log stays quiet
-        self.get_logger().info(
-            f'{report["events_per_s"] / 1e6:.2f} M events/s in, '
+        self._log_throttled(
+            'info', f'{report["events_per_s"] / 1e6:.2f} M events/s in, '
             f'{report["flows_per_s"] / 1e6:.2f} M flows/s out, latency p50 '
             f'{report["latency_p50_ms"]:.1f} ms p99 {report["latency_p99_ms"]:.1f} ms; '
             f'seq gaps {totals["seq_gaps"]}, dropped packets {totals["dropped_packets"]}, '
-            f'decode problems {totals["decode_problems"]}', throttle_duration_sec=5.0)
+            f'decode problems {totals["decode_problems"]}')
 
     def _estimator_drops(self) -> int:
         estimator = self.estimator
@@ -793,17 +884,25 @@ class VecKMFlowNode(Node):
     # -- shutdown -----------------------------------------------------------------------------
 
     def stop_worker(self, timeout_s: float = 5.0):
-        """Stop the worker thread (idempotent); call before destroy_node."""
+        """Stop the receive and worker threads (idempotent); call before destroy_node."""
         worker = getattr(self, '_worker', None)
         if worker is None:
-            return  # construction failed before the worker existed (rclpy may still clean up)
+            return  # construction failed before the threads existed (rclpy may still clean up)
         self._stop.set()
         self.queue.wake()
-        if worker.is_alive():
-            worker.join(timeout_s)
+        try:
+            self._receive_wake.trigger()
+        except Exception:  # noqa: B902 - context already shut down: the thread sees it anyway
+            pass
+        for thread in (self._receiver, worker):
+            if thread.is_alive():
+                thread.join(timeout_s)
 
     def destroy_node(self):
         self.stop_worker()
+        wake = getattr(self, '_receive_wake', None)
+        if wake is not None:
+            wake.destroy()
         return super().destroy_node()
 
 
