@@ -657,3 +657,31 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
     assert len(node_stamps) > 5
     # Replay flushes the tail at the end of the bag; the node waits for more events.
     assert node_stamps == replay_stamps[:len(node_stamps)]
+
+
+def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(harness_factory):
+    """The worker pushes a batch of packets at once: same ~/flow as one packet at a time."""
+    from veckm_flow_ros.packets import encode_packets
+    events, _, _ = moving_edges(duration_s=0.12)
+    packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
+    rng = np.random.default_rng(4)
+    stamps = np.maximum.accumulate([p.first_t_ns + 3_000_000_000 + int(rng.integers(0, 400_000))
+                                    for p in packets])
+    queued = [flow_node.QueuedPacket('evt3', bytes(p.data), 0, 640, 480, seq, int(stamp_ns),
+                                     f'camera_{seq // 40}', len(p.data) // 2)
+              for seq, (p, stamp_ns) in enumerate(zip(packets, stamps))]
+    outputs = []
+    for batches in ([queued], [[packet] for packet in queued]):
+        harness = harness_factory(target_stride=2)
+        harness.node.stop_worker()  # this test drives the worker's processing itself
+        harness.node._stop.clear()  # (the threads have ended; _process looks at the flag)
+        for batch in batches:
+            harness.node._process(batch)
+        assert harness.spin_until(lambda: len(harness.clouds) >= 8, 10.0)
+        harness.spin_for(0.3)
+        outputs.append([(flow_node.stamp_to_ns(c.header.stamp), c.header.frame_id,
+                         bytes(c.data)) for c in harness.clouds])
+    batched, one_by_one = outputs
+    assert len(batched) >= 8
+    assert {frame for _, frame, _ in batched} == {'camera_0', 'camera_1', 'camera_2'}
+    assert batched == one_by_one

@@ -35,7 +35,7 @@ import dataclasses
 import logging
 import math
 import os
-from typing import Dict, List, Optional, Union
+from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 import torch
@@ -59,7 +59,10 @@ class FlowBlock:
     construction or the last reset (counting from 0); t_ns int64[M]: sensor time;
     x, y uint16[M]: pixel (x right, y down); u_px_s, v_px_s float32[M]: normal flow in px/s
     along x and y; confidence float32[M] or None; valid bool[M] or None (None: all valid);
-    t_newest_ns: newest sensor time pushed when the block was computed.
+    t_newest_ns: newest sensor time pushed when the block was computed; ready_ns: the end of
+    its context window, the sensor time the stream had to reach before the block could be
+    computed (a caller that pushes several packets at once finds the packet that completed
+    it; None for blocks built by hand).
     """
 
     event_index: np.ndarray
@@ -71,6 +74,7 @@ class FlowBlock:
     t_newest_ns: int
     confidence: Optional[np.ndarray] = None
     valid: Optional[np.ndarray] = None
+    ready_ns: Optional[int] = None
 
     def __len__(self):
         return len(self.event_index)
@@ -168,8 +172,17 @@ class NormalFlowEstimator:
 
     def push(self, events: EventArray) -> List[FlowBlock]:
         """Add events (time-ordered); return the blocks whose context became complete."""
+        return list(self.push_iter(events))
+
+    def push_iter(self, events: EventArray) -> Iterator[FlowBlock]:
+        """
+        Like push(), but yield each block as soon as it is computed.
+
+        Consume the iterator completely before the next push (the buffer bound is enforced
+        at its end); blocks not yet computed when it is abandoned stay pending.
+        """
         if len(events) == 0:
-            return []
+            return
         if self._newest_ns is not None and \
                 int(events.t_ns[0]) < self._newest_ns - TIME_RESET_TOLERANCE_NS:
             self.time_resets += 1
@@ -188,7 +201,7 @@ class NormalFlowEstimator:
             self.events_dropped['outside_image'] += int(count - inside.sum())
             events, indices = events[inside], indices[inside]
             if len(events) == 0:
-                return []
+                return
         newest = int(events.t_ns.max())
         self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
         if self._block_start_ns is None:
@@ -196,13 +209,12 @@ class NormalFlowEstimator:
         self._chunks.append(events)
         self._index_chunks.append(indices)
         self._buffered += len(events)
-        blocks = self._run_ready_blocks(final=False)
+        yield from self._ready_blocks(final=False)
         self._enforce_bound()
-        return blocks
 
     def flush(self) -> List[FlowBlock]:
         """End of stream: compute all remaining blocks with the context available."""
-        blocks = self._run_ready_blocks(final=True)
+        blocks = list(self._ready_blocks(final=True))
         self._chunks, self._index_chunks, self._buffered = [], [], 0
         return blocks
 
@@ -228,8 +240,7 @@ class NormalFlowEstimator:
             self._index_chunks = [np.concatenate(self._index_chunks)]
         return self._chunks[0], self._index_chunks[0]
 
-    def _run_ready_blocks(self, final: bool) -> List[FlowBlock]:
-        blocks = []
+    def _ready_blocks(self, final: bool) -> Iterator[FlowBlock]:
         while self._buffered and self._block_start_ns is not None:
             block_start = self._block_start_ns
             context_low, context_high = self._context_range(block_start)
@@ -248,11 +259,10 @@ class NormalFlowEstimator:
                 self._block_start_ns = block_start + skipped * self.block_ns
                 continue
             block = self._compute_block(events, indices, in_block, context_low, context_high)
-            if block is not None:
-                blocks.append(block)
             self._block_start_ns = block_end
             self._trim()
-        return blocks
+            if block is not None:
+                yield block
 
     def _select_targets(self, indices, in_block):
         targets = np.flatnonzero(in_block)
@@ -284,6 +294,7 @@ class NormalFlowEstimator:
             v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
             t_newest_ns=int(self._newest_ns),
             confidence=None if confidence is None else confidence.cpu().numpy(),
+            ready_ns=int(context_high),
         )
 
     def _encode_and_predict(self, context: EventArray, targets: np.ndarray):
