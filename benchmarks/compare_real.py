@@ -163,7 +163,7 @@ def window_panel(events, width, height, ours, theirs, cosine, labels, zoom):
 
 
 def compare_recording(path, ours, published, max_events, windows, window_events, out_dir,
-                      ours_label, published_label):
+                      ours_label, published_label, mean_flow=False):
     """Run both models on one recording; write the window PNGs; return the agreement row."""
     events, width, height = evaluate.decode_recording(path, max_events)
     if not len(events):
@@ -171,7 +171,7 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
     sequence = SimulatedSequence(events, np.full((len(events), 2), np.nan, np.float32),
                                  np.zeros(len(events), bool), width, height)
     start = time.process_time()
-    mine = evaluate.predict_with_estimator(ours, sequence).flow_px_s
+    mine = evaluate.predict_with_estimator(ours, sequence, mean_flow=mean_flow).flow_px_s
     theirs = evaluate.predict_with_estimator(published, sequence).flow_px_s
     cpu_s = time.process_time() - start
     cosine, scored = cosine_between(mine, theirs)
@@ -226,6 +226,8 @@ def main(argv=None):
     parser.add_argument('--windows', type=int, default=2, help='pictures per recording')
     parser.add_argument('--window-events', type=int, default=30_000,
                         help='events per picture')
+    parser.add_argument('--mean-flow', action='store_true',
+                        help='our flow = the rotation-ensemble mean (4 encodings per event)')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
@@ -244,12 +246,15 @@ def main(argv=None):
         return 1
     published = load_model(published_dir)
     ours_label = ours.metadata.get('name', 'ours') if ours.metadata else 'ours'
+    if args.mean_flow:
+        ours_label += ' (rotation mean)'
     published_label = f'published {published_dir.name}'
     args.out.mkdir(parents=True, exist_ok=True)
     rows = {}
     for path in sorted(p for p in args.recordings.iterdir() if p.is_dir()):
         row = compare_recording(path, ours, published, args.max_events, args.windows,
-                                args.window_events, args.out, ours_label, published_label)
+                                args.window_events, args.out, ours_label, published_label,
+                                args.mean_flow)
         if row is None:
             _log(f'{path.name}: no CD events')
             continue

@@ -93,8 +93,12 @@ def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
     return counts
 
 
-def real_agreement(ours, published, recordings_dir, max_events):
-    """Per recording: share of events where both flows agree in direction."""
+def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False):
+    """
+    Per recording: share of events where both flows agree in direction.
+
+    mean_flow: our flow is the rotation-ensemble mean (the published one stays plain).
+    """
     from veckm_flow_ros.simulate import SimulatedSequence
     rows = {}
     for name in RECORDINGS:
@@ -106,7 +110,8 @@ def real_agreement(ours, published, recordings_dir, max_events):
                                      np.zeros(len(events), bool), width, height)
         # The plain flows are those of a run without confidence; the confidences split the
         # events into structured ones (both models confident) and the rest (mostly noise).
-        mine = evaluate.predict_with_estimator(ours, sequence, with_confidence=True)
+        mine = evaluate.predict_with_estimator(ours, sequence, with_confidence=True,
+                                               mean_flow=mean_flow)
         theirs = evaluate.predict_with_estimator(published, sequence, with_confidence=True)
         a, b = mine.flow_px_s, theirs.flow_px_s
         na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
@@ -155,6 +160,9 @@ def main(argv=None):
     parser.add_argument('--no-planefit', action='store_true', help='skip plane fitting')
     parser.add_argument('--skip-confidence', action='store_true',
                         help='skip the confidence curve')
+    parser.add_argument('--mean-flow', action='store_true',
+                        help='also score each of our models with the rotation-ensemble mean '
+                             'as its flow (name + " mean4")')
     parser.add_argument('--out', type=pathlib.Path, default=None)
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
@@ -179,6 +187,9 @@ def main(argv=None):
          f'{sum(len(s) for s in sequences.values())} events '
          f'({time.perf_counter() - start:.0f} s to simulate)')
     methods = {name: evaluate.model_method(model) for name, model in ours.items()}
+    if args.mean_flow:
+        methods.update({f'{name} mean4': evaluate.model_method(model, mean_flow=True)
+                        for name, model in ours.items()})
     methods.update({f'published {name}': evaluate.model_method(model)
                     for name, model in published.items()})
     if not args.no_planefit:
@@ -240,11 +251,15 @@ def main(argv=None):
 
     if args.recordings.is_dir():
         results['real'] = {}
-        for name, model in ours.items():
+        variants = [(name, model, False) for name, model in ours.items()]
+        if args.mean_flow:
+            variants += [(f'{name} mean4', model, True) for name, model in ours.items()]
+        for name, model, mean_flow in variants:
             partner = PAIRS.get(model_pair_key(model))
             if partner not in published:
                 continue
-            rows = real_agreement(model, published[partner], args.recordings, args.real_events)
+            rows = real_agreement(model, published[partner], args.recordings, args.real_events,
+                                  mean_flow)
             results['real'][name] = rows
             _log(f'\nreal recordings, {name} vs published {partner}:')
             for recording, row in rows.items():

@@ -96,3 +96,43 @@ def test_heldout_specs_avoid_training_combinations():
         assert (spec['texture'] in simulate.HELDOUT_TEXTURES
                 or spec['motion'] in simulate.HELDOUT_MOTIONS)
         assert spec['seed'] >= evaluate.HELDOUT_SEED
+
+
+def test_mean_flow_is_the_back_rotated_ensemble_mean(small_sequence):
+    model = _random_model(seed=1)
+    events = small_sequence.events
+    t_ns = torch.from_numpy(events.t_ns)
+    x = torch.from_numpy(events.x.astype(np.int32))
+    y = torch.from_numpy(events.y.astype(np.int32))
+    targets = torch.arange(0, len(events), 7)
+    flows = confidence.ensemble_flows(model, t_ns, x, y, targets, 64, 48)
+    mean, score = confidence.predict_with_confidence(model, t_ns, x, y, targets, 64, 48,
+                                                     mean_flow=True)
+    torch.testing.assert_close(mean, flows.mean(0))
+    torch.testing.assert_close(score, confidence.agreement(flows))
+    # The mean flow is rotation-equivariant: the copies of a rotated scene are the same four
+    # encodings in another order, so rotating the events by 90 degrees rotates the mean flow.
+    size = 64
+    square = (events.x < size) & (events.y < 48)
+    xs, ys = events.x[square].astype(np.int64), events.y[square].astype(np.int64)
+    t_sq = torch.from_numpy(events.t_ns[square])
+    sel = torch.arange(0, int(square.sum()), 7)
+    plain_mean, _ = confidence.predict_with_confidence(
+        model, t_sq, torch.from_numpy(xs.astype(np.int32)), torch.from_numpy(ys.astype(np.int32)),
+        sel, size, size, mean_flow=True)
+    # 90 degrees in image axes: (x, y) -> (size - 1 - y, x); a flow (u, v) -> (-v, u).
+    rotated_mean, _ = confidence.predict_with_confidence(
+        model, t_sq, torch.from_numpy((size - 1 - ys).astype(np.int32)),
+        torch.from_numpy(xs.astype(np.int32)), sel, size, size, mean_flow=True)
+    expected = torch.stack([-plain_mean[:, 1], plain_mean[:, 0]], 1)
+    torch.testing.assert_close(rotated_mean, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_evaluate_mean_flow_matches_confidence_and_keeps_its_confidence(small_sequence):
+    model = _random_model(seed=2)
+    plain = evaluate.predict_with_estimator(model, small_sequence, with_confidence=True)
+    mean = evaluate.predict_with_estimator(model, small_sequence, mean_flow=True)
+    assert mean.confidence is not None
+    np.testing.assert_allclose(mean.confidence, plain.confidence)
+    assert np.isfinite(mean.flow_px_s).all()
+    assert not np.allclose(mean.flow_px_s, plain.flow_px_s)

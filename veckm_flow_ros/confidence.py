@@ -27,6 +27,10 @@ the K back-rotated flows n_k gives the confidence in [0, 1]:
     confidence = direction * magnitude
 
 Cost: K encodings instead of one (K = 4 by default).
+
+The mean of the back-rotated flows (mean_flow=True) is itself a better flow than the plain
+prediction: it cancels the model's orientation-dependent bias (measured on the held-out set,
+veckm_r10_tau12ms: 92.6 -> 96.9 %Pos; model card). With the confidence it costs nothing more.
 """
 
 from typing import Tuple
@@ -76,14 +80,14 @@ def agreement(flows: torch.Tensor) -> torch.Tensor:
 
 
 def predict_with_confidence(model: VecKMFlowModel, t_ns, x, y, target_index, width: int,
-                            height: int, num_rotations: int = 4
+                            height: int, num_rotations: int = 4, mean_flow: bool = False
                             ) -> Tuple[torch.Tensor, torch.Tensor]:
     """
     Return (flow float32 [M, 2] px/s, confidence float32 [M] in [0, 1]).
 
-    The flow is the model's plain prediction (identical to running without confidence); the
-    confidence is the agreement of the rotation ensemble. Drop-in for the estimator's
-    encode + MLP step.
+    The flow is the model's plain prediction (identical to running without confidence), or
+    with mean_flow=True the mean of the back-rotated ensemble flows; the confidence is the
+    agreement of the rotation ensemble. Drop-in for the estimator's encode + MLP step.
     """
     flows = ensemble_flows(model, t_ns, x, y, target_index, width, height, num_rotations)
-    return flows[0], agreement(flows)
+    return (flows.mean(0) if mean_flow else flows[0]), agreement(flows)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+import torch
 
 from veckm_flow_ros import metrics, simulate
 from veckm_flow_ros.simulate import SimulatedSequence
@@ -49,11 +50,16 @@ Method = Callable[[SimulatedSequence], Prediction]
 
 
 def model_method(model, block_s: float = 0.005, with_confidence: bool = False,
-                 num_rotations: int = 4, device: str = 'cpu') -> Method:
-    """Return a method that runs `model` through NormalFlowEstimator on all events."""
+                 num_rotations: int = 4, device: str = 'cpu', mean_flow: bool = False) -> Method:
+    """
+    Return a method that runs `model` through NormalFlowEstimator on all events.
+
+    mean_flow: the flow is the mean of the rotation ensemble (confidence.py) instead of the
+    plain prediction (4 encodings per target; the confidence comes with it).
+    """
     def run(sequence: SimulatedSequence) -> Prediction:
         return predict_with_estimator(model, sequence, block_s, with_confidence, num_rotations,
-                                      device)
+                                      device, mean_flow)
     return run
 
 
@@ -69,14 +75,20 @@ def planefit_method(**params) -> Method:
 
 def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 0.005,
                            with_confidence: bool = False, num_rotations: int = 4,
-                           device: str = 'cpu') -> Prediction:
-    """Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator."""
+                           device: str = 'cpu', mean_flow: bool = False) -> Prediction:
+    """
+    Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator.
+
+    mean_flow: the flow is the rotation-ensemble mean (confidence.predict_with_confidence with
+    mean_flow=True) in the estimator's encode + MLP step; blocks and context are unchanged.
+    """
     from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
-    if with_confidence and num_rotations != 4:
+    if (with_confidence or mean_flow) and num_rotations != 4:
         raise ValueError('the estimator confidence uses 4 rotations, got num_rotations = '
                          f'{num_rotations}')
-    estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
-                                    block_s=block_s, confidence=with_confidence)
+    estimator_class = _mean_flow_estimator_class() if mean_flow else NormalFlowEstimator
+    estimator = estimator_class(model, sequence.width, sequence.height, device=device,
+                                block_s=block_s, confidence=with_confidence or mean_flow)
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
@@ -116,6 +128,25 @@ def decode_recording(path, max_events: Optional[int] = None):
     events = EventArray.concatenate(parts)[:max_events]
     order = np.argsort(events.t_ns, kind='stable')
     return events[order], size[0], size[1]
+
+
+def _mean_flow_estimator_class():
+    """Return a NormalFlowEstimator subclass whose encode + MLP step gives the mean flow."""
+    from veckm_flow_ros.confidence import predict_with_confidence
+    from veckm_flow_ros.estimator import NormalFlowEstimator
+
+    class MeanFlowEstimator(NormalFlowEstimator):
+
+        def _encode_and_predict(self, context, targets):
+            device = self.device
+            t_ns = torch.from_numpy(context.t_ns).to(device)
+            x = torch.from_numpy(context.x.astype(np.int32)).to(device)
+            y = torch.from_numpy(context.y.astype(np.int32)).to(device)
+            target_index = torch.from_numpy(np.ascontiguousarray(targets, np.int64)).to(device)
+            return predict_with_confidence(self.model, t_ns, x, y, target_index, self.width,
+                                           self.height, mean_flow=True)
+
+    return MeanFlowEstimator
 
 
 def heldout_specs(count: int = 12) -> List[dict]:
