@@ -66,29 +66,6 @@ def cosine_between(a, b):
     return np.where(scored, cosine, np.nan), scored
 
 
-def context_counts(events, width, height, pixel_radius, tau_s):
-    """Events within +-tau_s (per event, not per block) in each event's (2r+1)^2 window."""
-    t = events.t_ns
-    tau_ns = int(tau_s * 1e9)
-    x, y = events.x.astype(np.int64), events.y.astype(np.int64)
-    counts = np.zeros(len(events), np.int64)
-    step = 2 * tau_ns
-    for start in range(int(t[0]), int(t[-1]) + 1, step) if len(t) else ():
-        tlo, thi = np.searchsorted(t, [start, start + step])
-        if tlo == thi:
-            continue
-        lo, hi = np.searchsorted(t, [start - tau_ns, start + step + tau_ns])
-        image = np.zeros((height + 2 * pixel_radius + 1, width + 2 * pixel_radius + 1))
-        np.add.at(image, (y[lo:hi] + pixel_radius + 1, x[lo:hi] + pixel_radius + 1), 1)
-        integral = image.cumsum(0).cumsum(1)
-        ty, tx = y[tlo:thi] + pixel_radius + 1, x[tlo:thi] + pixel_radius + 1
-        counts[tlo:thi] = (integral[ty + pixel_radius, tx + pixel_radius]
-                           - integral[ty - pixel_radius - 1, tx + pixel_radius]
-                           - integral[ty + pixel_radius, tx - pixel_radius - 1]
-                           + integral[ty - pixel_radius - 1, tx - pixel_radius - 1])
-    return counts
-
-
 def agreement_colors(cosine):
     """BGR uint8 (N, 3) for cosines in [-1, 1]: red (-1) -> yellow (0) -> green (1)."""
     c = np.clip(np.asarray(cosine, np.float64), -1, 1)
@@ -163,7 +140,7 @@ def window_panel(events, width, height, ours, theirs, cosine, labels, zoom):
 
 
 def compare_recording(path, ours, published, max_events, windows, window_events, out_dir,
-                      ours_label, published_label, mean_flow=False):
+                      ours_label, published_label, mean_flow=False, published_mean_flow=False):
     """Run both models on one recording; write the window PNGs; return the agreement row."""
     events, width, height = evaluate.decode_recording(path, max_events)
     if not len(events):
@@ -172,11 +149,14 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
                                  np.zeros(len(events), bool), width, height)
     start = time.process_time()
     mine = evaluate.predict_with_estimator(ours, sequence, mean_flow=mean_flow).flow_px_s
-    theirs = evaluate.predict_with_estimator(published, sequence).flow_px_s
+    theirs = evaluate.predict_with_estimator(published, sequence,
+                                             mean_flow=published_mean_flow).flow_px_s
     cpu_s = time.process_time() - start
     cosine, scored = cosine_between(mine, theirs)
-    speed_ratio = np.linalg.norm(mine, axis=1) / np.linalg.norm(theirs, axis=1)
-    context = context_counts(events, width, height, ours.pixel_radius, ours.tau_s)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        speed_ratio = np.linalg.norm(mine, axis=1) / np.linalg.norm(theirs, axis=1)
+    context = evaluate.context_counts(events, width, height, ours.pixel_radius,
+                                     ours.tau_s)
     dense = scored & (context >= 10)
     row = {'events': int(len(events)), 'size': [width, height],
            'duration_s': float((events.t_ns[-1] - events.t_ns[0]) * 1e-9),
@@ -228,6 +208,9 @@ def main(argv=None):
                         help='events per picture')
     parser.add_argument('--mean-flow', action='store_true',
                         help='our flow = the rotation-ensemble mean (4 encodings per event)')
+    parser.add_argument('--published-mean-flow', action='store_true',
+                        help='the published flow = its rotation-ensemble mean too (removes the '
+                             'bias both models have on sparse neighbourhoods)')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
@@ -249,12 +232,14 @@ def main(argv=None):
     if args.mean_flow:
         ours_label += ' (rotation mean)'
     published_label = f'published {published_dir.name}'
+    if args.published_mean_flow:
+        published_label += ' (rotation mean)'
     args.out.mkdir(parents=True, exist_ok=True)
     rows = {}
     for path in sorted(p for p in args.recordings.iterdir() if p.is_dir()):
         row = compare_recording(path, ours, published, args.max_events, args.windows,
                                 args.window_events, args.out, ours_label, published_label,
-                                args.mean_flow)
+                                args.mean_flow, args.published_mean_flow)
         if row is None:
             _log(f'{path.name}: no CD events')
             continue

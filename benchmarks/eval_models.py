@@ -63,36 +63,6 @@ def _log(message):
     print(message, flush=True)
 
 
-def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
-    """
-    Context size C_n (int64 [N]) of every event as the centred estimator sees it.
-
-    Blocks of block_s from the first event; context = events within +-tau_s of the block
-    centre whose pixel lies in the (2r+1)^2 window around the target (self included).
-    """
-    t_ns = events.t_ns
-    counts = np.zeros(len(events), np.int64)
-    if not len(events):
-        return counts
-    block_ns, tau_ns = int(block_s * 1e9), int(tau_s * 1e9)
-    x, y = events.x.astype(np.int64), events.y.astype(np.int64)
-    for start in range(int(t_ns[0]), int(t_ns[-1]) + 1, block_ns):
-        tlo, thi = np.searchsorted(t_ns, [start, start + block_ns])
-        if tlo == thi:
-            continue
-        centre = start + block_ns // 2
-        lo, hi = np.searchsorted(t_ns, [centre - tau_ns, centre + tau_ns + 1])
-        image = np.zeros((height + 2 * pixel_radius + 1, width + 2 * pixel_radius + 1))
-        np.add.at(image, (y[lo:hi] + pixel_radius + 1, x[lo:hi] + pixel_radius + 1), 1)
-        integral = image.cumsum(0).cumsum(1)
-        ty, tx = y[tlo:thi] + pixel_radius + 1, x[tlo:thi] + pixel_radius + 1
-        counts[tlo:thi] = (integral[ty + pixel_radius, tx + pixel_radius]
-                           - integral[ty - pixel_radius - 1, tx + pixel_radius]
-                           - integral[ty + pixel_radius, tx - pixel_radius - 1]
-                           + integral[ty - pixel_radius - 1, tx - pixel_radius - 1])
-    return counts
-
-
 def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False):
     """
     Per recording: share of events where both flows agree in direction.
@@ -123,7 +93,7 @@ def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False)
                'agree_half_plane': float(np.mean(cosine[scored] > 0)),
                'agree_45deg': float(np.mean(cosine[scored] > np.cos(np.pi / 4))),
                'median_speed_ratio': float(np.median(na[scored] / nb[scored]))}
-        context = context_counts(events, width, height, ours.pixel_radius, ours.tau_s)
+        context = evaluate.context_counts(events, width, height, ours.pixel_radius, ours.tau_s)
         for minimum in CONTEXT_SPLITS:
             selected = scored & (context >= minimum)
             row[f'context_at_least_{minimum}'] = {

@@ -130,6 +130,36 @@ def decode_recording(path, max_events: Optional[int] = None):
     return events[order], size[0], size[1]
 
 
+def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
+    """
+    Context size C_n (int64 [N]) of every event as the centred estimator sees it.
+
+    Blocks of block_s from the first event; context = events within +-tau_s of the block
+    centre whose pixel lies in the (2r+1)^2 window around the target (self included).
+    """
+    t_ns = events.t_ns
+    counts = np.zeros(len(events), np.int64)
+    if not len(events):
+        return counts
+    block_ns, tau_ns = int(block_s * 1e9), int(tau_s * 1e9)
+    x, y = events.x.astype(np.int64), events.y.astype(np.int64)
+    for start in range(int(t_ns[0]), int(t_ns[-1]) + 1, block_ns):
+        tlo, thi = np.searchsorted(t_ns, [start, start + block_ns])
+        if tlo == thi:
+            continue
+        centre = start + block_ns // 2
+        lo, hi = np.searchsorted(t_ns, [centre - tau_ns, centre + tau_ns + 1])
+        image = np.zeros((height + 2 * pixel_radius + 1, width + 2 * pixel_radius + 1))
+        np.add.at(image, (y[lo:hi] + pixel_radius + 1, x[lo:hi] + pixel_radius + 1), 1)
+        integral = image.cumsum(0).cumsum(1)
+        ty, tx = y[tlo:thi] + pixel_radius + 1, x[tlo:thi] + pixel_radius + 1
+        counts[tlo:thi] = (integral[ty + pixel_radius, tx + pixel_radius]
+                           - integral[ty - pixel_radius - 1, tx + pixel_radius]
+                           - integral[ty + pixel_radius, tx - pixel_radius - 1]
+                           + integral[ty - pixel_radius - 1, tx - pixel_radius - 1])
+    return counts
+
+
 def _mean_flow_estimator_class():
     """Return a NormalFlowEstimator subclass whose encode + MLP step gives the mean flow."""
     from veckm_flow_ros.confidence import predict_with_confidence
