@@ -155,8 +155,7 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
     cosine, scored = cosine_between(mine, theirs)
     with np.errstate(divide='ignore', invalid='ignore'):
         speed_ratio = np.linalg.norm(mine, axis=1) / np.linalg.norm(theirs, axis=1)
-    context = evaluate.context_counts(events, width, height, ours.pixel_radius,
-                                     ours.tau_s)
+    context = evaluate.context_counts(events, width, height, ours.pixel_radius, ours.tau_s)
     dense = scored & (context >= 10)
     row = {'events': int(len(events)), 'size': [width, height],
            'duration_s': float((events.t_ns[-1] - events.t_ns[0]) * 1e-9),
