@@ -243,18 +243,17 @@ def test_shipped_model_on_a_moving_edge(model):
     """
     The shipped default model on the issue's straight-edge check (ideal edges, 12 cases).
 
-    Measured (veckm_r10_tau12ms): direction error mean 5.2 deg, max 15.0 deg (1200 px/s at
-    210 deg); |flow| / v median 1.14, range 0.86-1.70 (fast edges read too fast: these ideal
-    edges are infinitely sharp, the simulator's are blurred). The issue's per-case bounds
-    (15 deg, 25 %) are therefore not met on every case; the bounds below guard the measured
-    behaviour (a swapped axis, a sign or a unit error breaks them by far).
+    Measured (veckm_r10_tau12ms, 800-sequence recipe): on these 12 cases direction error mean
+    5.2 deg, max 10.3 deg, |flow| / v 0.77-1.20 (median 1.08): the issue's per-case bounds
+    (15 deg, 25 %) hold. Over 8 directions x 3 speeds: max 14.9 deg, |flow| / v 0.93-1.31,
+    3 of 24 cases 25-31 % too fast. The magnitude bound below leaves that margin.
     """
     cases = edge_case_errors(model)
     for speed, angle, ratio, error in cases:
-        assert abs(error) <= 20, (speed, angle, error)
-        assert 0.75 <= ratio <= 1.9, (speed, angle, ratio)
+        assert abs(error) <= 15, (speed, angle, error)
+        assert 0.7 <= ratio <= 1.4, (speed, angle, ratio)
     assert np.mean([abs(case[3]) for case in cases]) <= 8, cases
-    assert 0.9 <= np.median([case[2] for case in cases]) <= 1.3, cases
+    assert 0.9 <= np.median([case[2] for case in cases]) <= 1.25, cases
 
 
 def test_confidence_option_keeps_the_flows_and_adds_a_confidence():
