@@ -108,10 +108,10 @@ class Recipe:
         return dataclasses.asdict(self)
 
 
-# The defaults are the quick recipe (minutes per model). The full one made the shipped models:
-# about 13 min of one CPU core per model for the feature bank and the MLP, plus about 6 min
-# once to simulate the 800 sequences (cached in the work directory). 1600 sequences measured
-# no better (model card).
+# The defaults are the quick recipe (minutes per model). The full one made the shipped r10
+# model: about 13 min of one CPU core for the feature bank and the MLP, plus about 6 min once
+# to simulate the 800 sequences (cached in the work directory). 1600 sequences measured no
+# better for r10; the shipped r8 used them with 800 batches per epoch (model card).
 FULL_RECIPE = {'num_sequences': 800, 'epochs': 100, 'batches_per_epoch': 600}
 
 
