@@ -269,3 +269,32 @@ def test_confidence_option_keeps_the_flows_and_adds_a_confidence():
     assert found.confidence.shape == found.u_px_s.shape
     assert np.all((found.confidence >= 0) & (found.confidence <= 1))
     assert found.confidence.std() > 0
+
+
+@pytest.mark.slow
+def test_rotation_mean_option_on_the_demo_scene(model, project_root):
+    """
+    rotation_mean: the flows are the rotation ensemble's mean, and on the bundled scene (exact
+    ground truth) they are more accurate than the plain prediction.
+
+    Measured, default model, every 4th event (45,857 scored): %Pos 95.2 plain -> 96.8 with
+    the ensemble mean, relative PEE 35.0 % -> 29.0 %.
+    """
+    from veckm_flow_ros.metrics import flow_metrics
+    data = np.load(project_root / 'veckm_flow_ros' / 'data' / 'demo_scene.npz')
+    events = EventArray(data['t'].astype(np.int64), data['x'], data['y'], data['p'])
+    width, height = int(data['width']), int(data['height'])
+    gt = np.stack([data['gt_u'], data['gt_v']], 1)
+    signal = ~data['is_noise']
+    results = {}
+    for rotation_mean in (False, True):
+        estimator = NormalFlowEstimator(model, width, height, target_stride=4,
+                                        rotation_mean=rotation_mean)
+        flows = FlowBlock.concatenate(estimator.push(events) + estimator.flush())
+        assert flows.confidence is None
+        index = flows.event_index
+        pred = np.stack([flows.u_px_s, flows.v_px_s], 1)
+        results[rotation_mean] = flow_metrics(pred, gt[index], signal[index])
+    assert results[True]['pos'] > results[False]['pos'], results
+    assert results[True]['rel_pee'] < results[False]['rel_pee'], results
+    assert results[True]['pos'] >= 0.95, results

@@ -128,12 +128,16 @@ class NormalFlowEstimator:
     max_buffered_events: bound on buffered events; the oldest beyond it are dropped.
     confidence: fill FlowBlock.confidence [0, 1] with the rotation-ensemble agreement
     (confidence.predict_with_confidence; same flows, ~4x the encoding cost).
+    rotation_mean: the flow is the mean of the rotation ensemble's back-rotated predictions
+    instead of the plain prediction (cancels the model's orientation bias: more accurate,
+    ~4x the encoding cost, shared with confidence when both are on).
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
                  height: int, device: Union[str, torch.device] = 'cpu', block_s: float = 0.010,
                  causal: bool = False, target_stride: int = 1, max_flows_per_block: int = 0,
-                 max_buffered_events: int = 4_000_000, confidence: bool = False):
+                 max_buffered_events: int = 4_000_000, confidence: bool = False,
+                 rotation_mean: bool = False):
         if not isinstance(model, VecKMFlowModel):
             model = load_model(model)
         self.width = _check_int('width', width, 1, 65536)
@@ -149,6 +153,7 @@ class NormalFlowEstimator:
         self.max_buffered_events = _check_int('max_buffered_events', max_buffered_events, 1000,
                                               1_000_000_000)
         self.confidence = bool(confidence)
+        self.rotation_mean = bool(rotation_mean)
         self.device = _check_device(device)
         self.model = model.to(self.device)
         self.tau_ns = int(round(model.tau_s * 1e9))
@@ -304,10 +309,12 @@ class NormalFlowEstimator:
         x = torch.from_numpy(context.x.astype(np.int32)).to(device)
         y = torch.from_numpy(context.y.astype(np.int32)).to(device)
         target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(device)
-        if self.confidence:
+        if self.confidence or self.rotation_mean:
             from veckm_flow_ros.confidence import predict_with_confidence
-            return predict_with_confidence(model, t_ns, x, y, target_index, self.width,
-                                           self.height)
+            flow, confidence = predict_with_confidence(model, t_ns, x, y, target_index,
+                                                       self.width, self.height,
+                                                       mean_flow=self.rotation_mean)
+            return flow, (confidence if self.confidence else None)
         features, _ = ops.encode(t_ns, x, y, target_index, self.width, self.height,
                                  model.freq_t, model.freq_x, model.freq_y, model.tau_s,
                                  model.pixel_radius)

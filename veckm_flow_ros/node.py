@@ -38,7 +38,7 @@ all read-only except image_max_speed_px_s)
     block_ms [ms]  causal  target_stride [events]  max_flows_per_block [flows]
     max_queued_events [events]  max_queue_delay_ms [ms]  max_buffered_events [events]
     torch_threads
-    image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence
+    image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence  rotation_mean_flow
     diagnostics_period_s [s]
 
 Threads: a receive thread takes ~/events messages straight from the subscription (raw CDR
@@ -169,6 +169,10 @@ PARAMETERS = (
     ParameterSpec('publish_confidence', False, 'Add a float32 confidence field [0..1] to '
                   '~/flow (agreement of a 4-rotation ensemble: ~4x the encoding cost).',
                   read_only=True),
+    ParameterSpec('rotation_mean_flow', False, 'Publish the mean of a 4-rotation ensemble\'s '
+                  'back-rotated flows instead of the plain prediction (held-out %Pos 96.9 vs '
+                  '92.6 for the default model; ~4x the encoding cost, shared with '
+                  'publish_confidence).', read_only=True),
     ParameterSpec('diagnostics_period_s', 1.0, 'Period of /diagnostics and of the status log '
                   'line [s].', (0.1, 60.0), read_only=True),
 )
@@ -586,7 +590,8 @@ class VecKMFlowNode(Node):
             target_stride=config['target_stride'],
             max_flows_per_block=config['max_flows_per_block'],
             max_buffered_events=config['max_buffered_events'],
-            confidence=config['publish_confidence'])
+            confidence=config['publish_confidence'],
+            rotation_mean=config['rotation_mean_flow'])
         self.sensor_size = (width, height)
         return self.estimator
 

@@ -61,6 +61,7 @@ class ReplayOptions:
     topic: the event topic (None: the bag's only event topic); device: 'cpu' or 'cuda';
     block_s, causal, target_stride: as the node's parameters; confidence: per-flow
     confidence (rotation ensemble, ~4x the cost) in the npz and the bag's PointCloud2;
+    rotation_mean: flows are the rotation ensemble's mean (node's rotation_mean_flow);
     duration_s: replay only the first duration_s seconds of sensor time (None: all);
     frame_rate_hz: rate of the pictures (sensor time); max_speed_px_s: colour scale of the
     pictures (None: fixed from the first frame with flows); cell_px: arrow spacing;
@@ -74,6 +75,7 @@ class ReplayOptions:
     target_stride: int = 1
     duration_s: Optional[float] = None
     confidence: bool = False
+    rotation_mean: bool = False
     frame_rate_hz: float = 25.0
     max_speed_px_s: Optional[float] = None
     cell_px: int = 16
@@ -548,7 +550,7 @@ class _ReplayRun:
         self.estimator = NormalFlowEstimator(
             self.model, width, height, device=options.device, block_s=options.block_s,
             causal=options.causal, target_stride=options.target_stride,
-            confidence=options.confidence)
+            confidence=options.confidence, rotation_mean=options.rotation_mean)
         if self.outputs.wants_frames():
             self.painter = FramePainter(width, height, 1e9 / options.frame_rate_hz,
                                         options.max_speed_px_s, options.cell_px,

@@ -60,6 +60,9 @@ def register(subparsers):
     parser.add_argument('--confidence', action='store_true',
                         help='add a per-flow confidence [0..1] (rotation ensemble, ~4x the '
                              'cost) to the npz and the ~/flow PointCloud2')
+    parser.add_argument('--rotation-mean', action='store_true',
+                        help='flows = mean of the 4-rotation ensemble (more accurate, ~4x the '
+                             'cost; the node\'s rotation_mean_flow)')
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
 
@@ -88,7 +91,8 @@ def options_from_args(args):
                          causal=args.causal, target_stride=args.stride,
                          duration_s=args.duration, frame_rate_hz=args.fps,
                          max_speed_px_s=args.max_speed, progress=not args.quiet,
-                         confidence=getattr(args, 'confidence', False))
+                         confidence=getattr(args, 'confidence', False),
+                         rotation_mean=getattr(args, 'rotation_mean', False))
 
 
 def run(args) -> int:
