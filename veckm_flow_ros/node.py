@@ -169,7 +169,7 @@ PARAMETERS = (
     ParameterSpec('publish_confidence', False, 'Add a float32 confidence field [0..1] to '
                   '~/flow (agreement of a 4-rotation ensemble: ~4x the encoding cost).',
                   read_only=True),
-    ParameterSpec('rotation_mean_flow', False, 'Publish the mean of a 4-rotation ensemble\'s '
+    ParameterSpec('rotation_mean_flow', False, "Publish the mean of a 4-rotation ensemble's "
                   'back-rotated flows instead of the plain prediction (held-out %Pos 96.9 vs '
                   '92.6 for the default model; ~4x the encoding cost, shared with '
                   'publish_confidence).', read_only=True),

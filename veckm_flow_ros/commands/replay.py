@@ -62,7 +62,7 @@ def register(subparsers):
                              'cost) to the npz and the ~/flow PointCloud2')
     parser.add_argument('--rotation-mean', action='store_true',
                         help='flows = mean of the 4-rotation ensemble (more accurate, ~4x the '
-                             'cost; the node\'s rotation_mean_flow)')
+                             "cost; the node's rotation_mean_flow)")
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
 
