@@ -128,11 +128,14 @@ def test_mean_flow_is_the_back_rotated_ensemble_mean(small_sequence):
     torch.testing.assert_close(rotated_mean, expected, rtol=1e-3, atol=1e-3)
 
 
-def test_evaluate_mean_flow_matches_confidence_and_keeps_its_confidence(small_sequence):
+def test_evaluate_mean_flow_keeps_the_confidence(small_sequence):
     model = _random_model(seed=2)
     plain = evaluate.predict_with_estimator(model, small_sequence, with_confidence=True)
-    mean = evaluate.predict_with_estimator(model, small_sequence, mean_flow=True)
-    assert mean.confidence is not None
+    mean = evaluate.predict_with_estimator(model, small_sequence, with_confidence=True,
+                                           mean_flow=True)
     np.testing.assert_allclose(mean.confidence, plain.confidence)
     assert np.isfinite(mean.flow_px_s).all()
     assert not np.allclose(mean.flow_px_s, plain.flow_px_s)
+    alone = evaluate.predict_with_estimator(model, small_sequence, mean_flow=True)
+    assert alone.confidence is None
+    np.testing.assert_allclose(alone.flow_px_s, mean.flow_px_s)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-import torch
 
 from veckm_flow_ros import metrics, simulate
 from veckm_flow_ros.simulate import SimulatedSequence
@@ -79,16 +78,16 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
     """
     Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator.
 
-    mean_flow: the flow is the rotation-ensemble mean (confidence.predict_with_confidence with
-    mean_flow=True) in the estimator's encode + MLP step; blocks and context are unchanged.
+    mean_flow: the flow is the rotation-ensemble mean (NormalFlowEstimator rotation_mean);
+    blocks and context are unchanged.
     """
     from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
     if (with_confidence or mean_flow) and num_rotations != 4:
         raise ValueError('the estimator confidence uses 4 rotations, got num_rotations = '
                          f'{num_rotations}')
-    estimator_class = _mean_flow_estimator_class() if mean_flow else NormalFlowEstimator
-    estimator = estimator_class(model, sequence.width, sequence.height, device=device,
-                                block_s=block_s, confidence=with_confidence or mean_flow)
+    estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
+                                    block_s=block_s, confidence=with_confidence,
+                                    rotation_mean=mean_flow)
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
@@ -158,25 +157,6 @@ def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
                            - integral[ty + pixel_radius, tx - pixel_radius - 1]
                            + integral[ty - pixel_radius - 1, tx - pixel_radius - 1])
     return counts
-
-
-def _mean_flow_estimator_class():
-    """Return a NormalFlowEstimator subclass whose encode + MLP step gives the mean flow."""
-    from veckm_flow_ros.confidence import predict_with_confidence
-    from veckm_flow_ros.estimator import NormalFlowEstimator
-
-    class MeanFlowEstimator(NormalFlowEstimator):
-
-        def _encode_and_predict(self, context, targets):
-            device = self.device
-            t_ns = torch.from_numpy(context.t_ns).to(device)
-            x = torch.from_numpy(context.x.astype(np.int32)).to(device)
-            y = torch.from_numpy(context.y.astype(np.int32)).to(device)
-            target_index = torch.from_numpy(np.ascontiguousarray(targets, np.int64)).to(device)
-            return predict_with_confidence(self.model, t_ns, x, y, target_index, self.width,
-                                           self.height, mean_flow=True)
-
-    return MeanFlowEstimator
 
 
 def heldout_specs(count: int = 12) -> List[dict]:
