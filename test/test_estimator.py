@@ -194,28 +194,12 @@ def test_published_weights_on_a_moving_edge(published_models_dir, name):
     are loose (they still catch swapped axes, a flipped sign or a wrong unit) and the tight
     ones apply to the aggregate over directions.
     """
-    model = load_model(published_models_dir / name)
-    duration_s = 4 * model.tau_s
-    ratios, direction_errors = [], []
-    for speed in (300, 600, 1200):
-        for angle in (0, 135, 210, 300):
-            events = moving_edge_events(speed, angle, duration_s, seed=speed + angle,
-                                        radius_px=75)
-            estimator = NormalFlowEstimator(model, 640, 480, target_stride=4)
-            flows = FlowBlock.concatenate(estimator.push(events) + estimator.flush())
-            central = ((np.abs(flows.t_ns - duration_s / 2 * 1e9) < 1.5 * model.tau_s * 1e9)
-                       & (np.hypot(flows.x - 320.0, flows.y - 240.0) < 50))
-            u, v = flows.u_px_s[central], flows.v_px_s[central]
-            assert len(u) > 100
-            ratio = float(np.median(np.hypot(u, v))) / speed
-            direction = math.degrees(math.atan2(np.median(v), np.median(u)))
-            error = (direction - angle + 180) % 360 - 180
-            assert 0.5 <= ratio <= 2.25, (speed, angle, ratio)
-            assert abs(error) <= 40, (speed, angle, error)
-            ratios.append(ratio)
-            direction_errors.append(abs(error))
-    assert 0.75 <= np.median(ratios) <= 1.35, ratios
-    assert np.mean(direction_errors) <= 15, direction_errors
+    cases = edge_case_errors(load_model(published_models_dir / name))
+    for speed, angle, ratio, error in cases:
+        assert 0.5 <= ratio <= 2.25, (speed, angle, ratio)
+        assert abs(error) <= 40, (speed, angle, error)
+    assert 0.75 <= np.median([case[2] for case in cases]) <= 1.35, cases
+    assert np.mean([abs(case[3]) for case in cases]) <= 15, cases
 
 
 def edge_case_errors(model, speeds=(300, 600, 1200), angles=(0, 135, 210, 300)):
