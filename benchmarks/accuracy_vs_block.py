@@ -25,6 +25,8 @@ px/s, coverage, and the latency of the mode (centred: tau + block / 2; causal: b
 
 import argparse
 
+import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])

@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
 

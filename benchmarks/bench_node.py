@@ -57,7 +57,6 @@ sys.path.insert(0, str(ROOT))
 RECORDING = ROOT.parent / 'shared' / 'data' / 'recordings' / 'py_test_events_1'
 NODE_NAME = 'veckm_flow_bench'
 WIDTH, HEIGHT = 640, 480
-PACKET_NS = 1_000_000
 LAG_LIMIT_S = 0.25
 QUIET_S = 2.0
 SHUTDOWN_PROBLEMS = ('terminate called', 'Traceback', 'Exception ignored', 'Segmentation')
@@ -68,7 +67,7 @@ CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
 # Sources: lists of (sensor time of the packet [ns], encoding, payload bytes, time_base, events)
 
 
-def real_packets(loops: int):
+def real_packets(loops: int, packet_ns: int):
     """Decode the evt3 recording once and re-encode it `loops` times with continuous time."""
     from veckm_flow_ros.bag import read_event_messages
     from veckm_flow_ros.decode import PacketDecoder
@@ -79,12 +78,12 @@ def real_packets(loops: int):
                              m.msg.height).events for m in read_event_messages(RECORDING)]
     events = EventArray.concatenate(chunks)
     t_ns = events.t_ns - events.t_ns[0] + 100_000_000
-    period_ns = int(t_ns[-1]) + PACKET_NS
+    period_ns = int(t_ns[-1]) + packet_ns
     looped = EventArray(np.concatenate([t_ns + k * period_ns for k in range(loops)]),
                         np.tile(events.x, loops), np.tile(events.y, loops),
                         np.tile(events.p, loops))
     return [(p.first_t_ns, 'evt3', p.data, p.time_base, p.num_events)
-            for p in encode_packets(looped, 'evt3', packet_duration_ns=PACKET_NS)]
+            for p in encode_packets(looped, 'evt3', packet_duration_ns=packet_ns)]
 
 
 def grating_events(rate_events_s: float, speed_px_s: float = 300.0, angle_rad: float = 0.5):
@@ -111,10 +110,10 @@ def grating_events(rate_events_s: float, speed_px_s: float = 300.0, angle_rad: f
     return events, int(round(period_s * 1e9))
 
 
-def synthetic_packets(rate_events_s: float, sensor_s: float):
+def synthetic_packets(rate_events_s: float, sensor_s: float, packet_ns: int):
     from veckm_flow_ros.packets import encode_packets
     events, period_ns = grating_events(rate_events_s)
-    base = encode_packets(events, 'mono', packet_duration_ns=PACKET_NS)
+    base = encode_packets(events, 'mono', packet_duration_ns=packet_ns)
     packets = []
     loops = int(np.ceil(sensor_s * 1e9 / period_ns))
     for k in range(loops):
@@ -134,11 +133,14 @@ def run_publisher(args):
     from event_camera_msgs.msg import EventPacket
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     sensor_s = args.speed * args.wall_s
+    # One message per packet_wall_ms of wall time, as a driver cutting packets by time:
+    # at speed s a message carries s times as much sensor time (and events).
+    packet_ns = int(round(args.packet_wall_ms * 1e6 * args.speed))
     if args.source == 'real':
         one_loop_s = 2.2
-        packets = real_packets(int(np.ceil(sensor_s / one_loop_s)))
+        packets = real_packets(int(np.ceil(sensor_s / one_loop_s)), packet_ns)
     else:
-        packets = synthetic_packets(args.synthetic_rate, sensor_s)
+        packets = synthetic_packets(args.synthetic_rate, sensor_s, packet_ns)
     t_end = packets[0][0] + int(sensor_s * 1e9)
     packets = [p for p in packets if p[0] < t_end]
     messages = []
@@ -278,11 +280,17 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         publisher = subprocess.Popen(
             [sys.executable, __file__, '--role', 'publisher', '--source', source,
              '--speed', str(speed), '--wall-s', str(args.wall_s),
-             '--synthetic-rate', str(args.synthetic_rate)],
+             '--synthetic-rate', str(args.synthetic_rate),
+             '--packet-wall-ms', str(args.packet_wall_ms)],
             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # CPU is counted from the first packet received to the end of the output.
         while not probe.records and publisher.poll() is None:
             time.sleep(0.01)
+        if args.py_spy:  # sample the node's Python threads during the replay
+            subprocess.Popen([args.py_spy, 'record', '-r', '250', '-t', '-f', 'raw', '-d',
+                              str(int(args.wall_s)), '-o',
+                              f'{args.profile_prefix}_{config_name}_{speed:g}x.txt', '--pid',
+                              str(node.pid)], stdout=subprocess.DEVNULL)
         cpu_start, wall_start = _proc_cpu_s(node.pid), time.perf_counter()
         out, _ = publisher.communicate(timeout=600)
         summary = [x for x in out.splitlines() if x.startswith('PUBLISHED')]
@@ -372,6 +380,13 @@ def main(argv=None):
     parser.add_argument('--synthetic-rate', type=float, default=5e5,
                         help='events/s of the synthetic source at 1x')
     parser.add_argument('--block-ms', type=float, default=5.0)
+    parser.add_argument('--py-spy', default=None,
+                        help='path of a py-spy executable: profile the node (raw folded stacks)')
+    parser.add_argument('--profile-prefix', default='/tmp/bench_node_profile',
+                        help='py-spy output: PREFIX_CONFIG_SPEEDx.txt')
+    parser.add_argument('--packet-wall-ms', type=float, default=1.0,
+                        help='wall time per published message [ms]: at speed s a message holds '
+                        's x this much sensor time (a driver cuts packets by time)')
     parser.add_argument('--torch-threads', type=int, default=0)
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)

@@ -30,6 +30,8 @@ import argparse
 import pathlib
 import tempfile
 
+import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_RECORDINGS = ROOT.parent / 'shared' / 'data' / 'recordings'
 DEMO_BAG = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.mcap'

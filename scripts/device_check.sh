@@ -72,8 +72,10 @@ step bench
 timeout 120 python3 -m veckm_flow_ros.cli bench --device cuda --repeats 10 2>&1 | tee "$OUT/bench.txt"
 
 step stream
-timeout 150 python3 benchmarks/bench_estimator.py --device cpu cuda --speed 1 10 33 100 \
-  --stride 1 8 2>&1 | tee "$OUT/stream.txt"
+for block_ms in 10 20; do
+  timeout 120 python3 benchmarks/bench_estimator.py --device cpu cuda --speed 10 33 66 \
+    --stride 1 8 --block-ms $block_ms 2>&1 | tee -a "$OUT/stream.txt"
+done
 
 step profile
 timeout 60 python3 benchmarks/profile_cuda.py --radius 10 2>&1 | tee "$OUT/profile.txt" | head -45

@@ -73,6 +73,24 @@ def test_estimator_cuda_equals_cpu_on_demo_scene(model, causal):
     assert _relative(flow_gpu, flow_cpu) <= 1e-4
 
 
+@pytest.mark.parametrize('options', [{'target_stride': 3}, {'block_s': 0.040},
+                                     {'max_flows_per_block': 500, 'causal': True}])
+def test_estimator_cuda_equals_cpu_on_other_paths(model, options):
+    # Strided and capped targets (gathers), blocks longer than the context window (the
+    # index_select path) and out-of-order packets (merged into the device mirror).
+    packets, width, height = _demo_packets()
+    packets = packets[:150]
+    rng = np.random.default_rng(0)
+    merged = EventArray.concatenate(packets)
+    order = np.argsort(merged.t_ns + rng.integers(0, 300_000, len(merged)), kind='stable')
+    shuffled = [merged[order[k:k + 900]] for k in range(0, len(order), 900)]
+    index_cpu, flow_cpu, _ = _stream(model, 'cpu', shuffled, width, height, **options)
+    index_gpu, flow_gpu, _ = _stream(model, 'cuda', shuffled, width, height, **options)
+    assert len(index_cpu) > 1000
+    np.testing.assert_array_equal(index_gpu, index_cpu)
+    assert _relative(flow_gpu, flow_cpu) <= 1e-4
+
+
 def test_confidence_cuda_equals_cpu(model):
     packets, width, height = _demo_packets()
     packets = packets[:40]

@@ -100,6 +100,57 @@ def test_block_flows_equal_the_op_on_the_centred_context():
     assert block.t_newest_ns >= centre + 10_000_000
 
 
+def test_slightly_disordered_input_is_merged_in_time_order():
+    # Packets overlapping in time by up to 0.5 ms (two interleaved sources): no reset, the
+    # buffer keeps time order, and an event older than an already computed block (it still
+    # serves as context) is counted as late instead of silently getting no flow.
+    events = random_stream(n=12000, seed=5)
+    rng = np.random.default_rng(6)
+    order = np.argsort(events.t_ns + rng.integers(0, 500_000, len(events)), kind='stable')
+    arrived = events[order]
+    assert (np.diff(arrived.t_ns) < 0).sum() > 1000
+    estimator = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT)
+    blocks = []
+    for start in range(0, len(arrived), 700):
+        blocks += estimator.push(arrived[start:start + 700])
+    flows = FlowBlock.concatenate(blocks + estimator.flush())
+    assert estimator.time_resets == 0
+    assert len(flows) + estimator.events_dropped['late'] == len(events)
+    assert estimator.events_dropped['late'] < 0.01 * len(events)
+    assert len(np.unique(flows.event_index)) == len(flows)
+    np.testing.assert_array_equal(flows.t_ns, arrived.t_ns[flows.event_index])
+    assert (np.diff(flows.t_ns) >= 0).all()  # blocks are computed in time order
+    # Whole packets in time order give exactly the flows of the sorted stream.
+    whole = FlowBlock.concatenate(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT).push(events))
+    again = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT)
+    again.push(events[:5000])
+    np.testing.assert_array_equal(
+        FlowBlock.concatenate(again.push(events[5000:])).u_px_s[-100:], whole.u_px_s[-100:])
+
+
+def test_block_longer_than_the_context_window():
+    # block 30 ms > 2 tau = 20 ms: targets outside the window are their own context, as for
+    # the per-event neighbourhoods; every event still gets exactly one flow.
+    model = tiny_model()
+    events = random_stream(n=6000, duration_ns=90_000_000, seed=7)
+    estimator = NormalFlowEstimator(model, WIDTH, HEIGHT, block_s=0.030)
+    flows = FlowBlock.concatenate(estimator.push(events) + estimator.flush())
+    np.testing.assert_array_equal(flows.event_index, np.arange(len(events)))
+    block_start = int(events.t_ns[0])
+    centre = block_start + 15_000_000
+    in_block = np.flatnonzero(events.t_ns < block_start + 30_000_000)
+    window = (events.t_ns >= centre - 10_000_000) & (events.t_ns <= centre + 10_000_000)
+    context = np.union1d(np.flatnonzero(window), in_block)
+    targets = np.searchsorted(context, in_block)
+    features, _ = ops.encode(
+        torch.from_numpy(events.t_ns[context]),
+        torch.from_numpy(events.x[context].astype(np.int32)),
+        torch.from_numpy(events.y[context].astype(np.int32)), torch.from_numpy(targets),
+        WIDTH, HEIGHT, model.freq_t, model.freq_x, model.freq_y, model.tau_s, model.pixel_radius)
+    flow = model.predict_flow_px_s(features).numpy()
+    np.testing.assert_allclose(flows.u_px_s[:len(in_block)], flow[:, 0], rtol=1e-5, atol=1e-3)
+
+
 def test_target_stride_and_cap():
     events = random_stream(n=12000)
     strided = run_chunked(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, target_stride=4),
@@ -120,7 +171,7 @@ def test_buffer_is_bounded_and_drops_are_counted():
     estimator = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, max_buffered_events=5000)
     for start in range(0, n, 1000):
         estimator.push(events[start:start + 1000])
-        assert estimator._buffered <= 5000
+        assert estimator.buffered_events <= 5000
     assert estimator.events_dropped['buffer_full'] == n - 5000
     flows = FlowBlock.concatenate(estimator.flush())
     assert len(flows) == 5000 and flows.event_index.min() == n - 5000

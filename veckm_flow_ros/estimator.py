@@ -116,6 +116,109 @@ def _check_device(device) -> torch.device:
     return device
 
 
+class _EventBuffer:
+    """
+    The buffered events in time order: one growable array per column, live in [start, end).
+
+    Appending is O(new events) (amortised), dropping the oldest is O(1), and a time range is
+    a contiguous slice (no copy): blocks and contexts are found by binary search. Out-of-order
+    input (tolerated up to TIME_RESET_TOLERANCE_NS) is merged in by a stable sort, so events
+    of equal time keep their arrival order. On a CUDA device t, x and y are mirrored there as
+    they arrive, so each event crosses the bus once rather than once per block using it.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._allocate(0)
+
+    def _allocate(self, capacity):
+        self.t_ns = np.empty(capacity, np.int64)
+        self.x = np.empty(capacity, np.int32)
+        self.y = np.empty(capacity, np.int32)
+        self.index = np.empty(capacity, np.int64)
+        self.start = self.end = 0
+        self._mirror = None
+        if self.device.type != 'cpu':
+            self._mirror = [torch.empty(capacity, dtype=dtype, device=self.device)
+                            for dtype in (torch.int64, torch.int32, torch.int32)]
+
+    def __len__(self):
+        return self.end - self.start
+
+    def clear(self):
+        self.start = self.end = 0
+
+    def append(self, t_ns, x, y, index):
+        count = len(t_ns)
+        sorted_in = count < 2 or bool(np.all(t_ns[1:] >= t_ns[:-1]))
+        if sorted_in and (self.end == self.start or t_ns[0] >= self.t_ns[self.end - 1]):
+            self._reserve(count)
+            span = slice(self.end, self.end + count)
+            self.t_ns[span], self.x[span], self.y[span], self.index[span] = t_ns, x, y, index
+            self.end += count
+            self._upload(span.start, span.stop)
+            return
+        # Disorder: merge with the live events by a stable sort (rare; O(buffer)).
+        live = slice(self.start, self.end)
+        columns = [np.concatenate([old[live], new]) for old, new in
+                   ((self.t_ns, t_ns), (self.x, x), (self.y, y), (self.index, index))]
+        order = np.argsort(columns[0], kind='stable')
+        self.start = self.end = 0
+        self._reserve(len(order))
+        for old, new in zip((self.t_ns, self.x, self.y, self.index), columns):
+            old[:len(order)] = new[order]
+        self.end = len(order)
+        self._upload(0, self.end)
+
+    def drop_before(self, position):
+        """Forget the events before buffer position `position` (absolute)."""
+        self.start = min(max(self.start, position), self.end)
+
+    def _reserve(self, count):
+        live = self.end - self.start
+        capacity = len(self.t_ns)
+        if self.end + count <= capacity:
+            return
+        # Compact in place while the live events fill at most 3/4 of it (then at least a
+        # quarter of the capacity is appended between two compactions: amortised O(1)).
+        target = capacity
+        if 4 * (live + count) > 3 * capacity:
+            target = max(3 * (live + count) // 2, 4096)
+        if target != capacity:
+            old = (self.t_ns, self.x, self.y, self.index, self._mirror)
+            live_slice = slice(self.start, self.end)
+            self._allocate(target)
+            for new, column in zip((self.t_ns, self.x, self.y, self.index), old[:4]):
+                new[:live] = column[live_slice]
+            if self._mirror is not None:
+                for new, column in zip(self._mirror, old[4]):
+                    new[:live] = column[live_slice]
+        else:
+            for column in (self.t_ns, self.x, self.y, self.index):
+                column[:live] = column[self.start:self.end]
+            if self._mirror is not None:
+                for column in self._mirror:
+                    column[:live] = column[self.start:self.end].clone()
+        self.start, self.end = 0, live
+
+    def _upload(self, begin, end):
+        if self._mirror is None or end <= begin:
+            return
+        for mirror, column in zip(self._mirror, (self.t_ns, self.x, self.y)):
+            mirror[begin:end].copy_(torch.from_numpy(column[begin:end]), non_blocking=False)
+
+    def search(self, t_ns, side='left'):
+        """Absolute buffer position of the first live event with time >= t_ns (> for right)."""
+        return self.start + int(np.searchsorted(self.t_ns[self.start:self.end], t_ns, side))
+
+    def device_columns(self, begin, end):
+        """t_ns, x, y of positions [begin, end) as tensors on the device (views, no copy)."""
+        if self._mirror is None:
+            return (torch.from_numpy(self.t_ns[begin:end]), torch.from_numpy(self.x[begin:end]),
+                    torch.from_numpy(self.y[begin:end]))
+        return tuple(column[begin:end] for column in self._mirror)
+
+
 class NormalFlowEstimator:
     """
     Streaming per-event normal flow: push(EventArray) -> list of FlowBlock.
@@ -160,17 +263,18 @@ class NormalFlowEstimator:
         self.reset()
         self.events_in = 0
         self.flows_out = 0
+        # Counts of events that got no flow: outside the sensor, over max_buffered_events,
+        # buffered at a time reset, or late (older than a block already computed; they still
+        # serve as context).
         self.events_dropped: Dict[str, int] = {'outside_image': 0, 'buffer_full': 0,
-                                               'time_reset': 0}
+                                               'time_reset': 0, 'late': 0}
         self.time_resets = 0
 
     # -- public API ------------------------------------------------------------------------
 
     def reset(self):
         """Forget buffered events and pending blocks; stream indices restart at 0."""
-        self._chunks: List[EventArray] = []
-        self._index_chunks: List[np.ndarray] = []
-        self._buffered = 0
+        self._events = _EventBuffer(self.device)
         self._next_index = 0        # stream index of the next pushed event
         self._block_start_ns = None  # start of the next block to compute
         self._newest_ns = None
@@ -191,11 +295,11 @@ class NormalFlowEstimator:
         if self._newest_ns is not None and \
                 int(events.t_ns[0]) < self._newest_ns - TIME_RESET_TOLERANCE_NS:
             self.time_resets += 1
-            self.events_dropped['time_reset'] += self._buffered
+            self.events_dropped['time_reset'] += len(self._events)
             LOGGER.warning('event time jumped back from %d ns to %d ns (bag loop or camera '
                            'restart): estimator reset #%d, %d buffered events dropped',
                            self._newest_ns, int(events.t_ns[0]), self.time_resets,
-                           self._buffered)
+                           len(self._events))
             self.reset()
         count = len(events)
         indices = np.arange(self._next_index, self._next_index + count, dtype=np.int64)
@@ -210,18 +314,24 @@ class NormalFlowEstimator:
         newest = int(events.t_ns.max())
         self._newest_ns = newest if self._newest_ns is None else max(self._newest_ns, newest)
         if self._block_start_ns is None:
-            self._block_start_ns = int(events.t_ns[0])
-        self._chunks.append(events)
-        self._index_chunks.append(indices)
-        self._buffered += len(events)
+            self._block_start_ns = int(events.t_ns.min())
+        late = int(np.count_nonzero(events.t_ns < self._block_start_ns))
+        if late:
+            self.events_dropped['late'] += late
+        self._events.append(events.t_ns, events.x, events.y, indices)
         yield from self._ready_blocks(final=False)
         self._enforce_bound()
 
     def flush(self) -> List[FlowBlock]:
         """End of stream: compute all remaining blocks with the context available."""
         blocks = list(self._ready_blocks(final=True))
-        self._chunks, self._index_chunks, self._buffered = [], [], 0
+        self._events.clear()
         return blocks
+
+    @property
+    def buffered_events(self) -> int:
+        """Events held for pending blocks (at most max_buffered_events after a push)."""
+        return len(self._events)
 
     @property
     def latency_s(self) -> float:
@@ -239,62 +349,70 @@ class NormalFlowEstimator:
         centre = block_start + self.block_ns // 2
         return centre - self.tau_ns, centre + self.tau_ns
 
-    def _buffer(self):
-        if len(self._chunks) > 1:
-            self._chunks = [EventArray.concatenate(self._chunks)]
-            self._index_chunks = [np.concatenate(self._index_chunks)]
-        return self._chunks[0], self._index_chunks[0]
-
     def _ready_blocks(self, final: bool) -> Iterator[FlowBlock]:
-        while self._buffered and self._block_start_ns is not None:
+        buffer = self._events
+        while len(buffer) and self._block_start_ns is not None:
             block_start = self._block_start_ns
             context_low, context_high = self._context_range(block_start)
             if not final and self._newest_ns < context_high:
                 break
-            events, indices = self._buffer()
             block_end = block_start + self.block_ns
-            in_block = (events.t_ns >= block_start) & (events.t_ns < block_end)
-            later = events.t_ns >= block_end
-            if not in_block.any():
-                if not later.any():
+            first, stop = buffer.search(block_start), buffer.search(block_end)
+            if first == stop:
+                if stop == buffer.end:
                     break
                 # Skip empty blocks (a pause in the stream) in one step.
-                first_later = int(events.t_ns[later].min())
-                skipped = (first_later - block_start) // self.block_ns
+                skipped = (int(buffer.t_ns[stop]) - block_start) // self.block_ns
                 self._block_start_ns = block_start + skipped * self.block_ns
                 continue
-            block = self._compute_block(events, indices, in_block, context_low, context_high)
+            block = self._compute_block(first, stop, context_low, context_high)
             self._block_start_ns = block_end
             self._trim()
             if block is not None:
                 yield block
 
-    def _select_targets(self, indices, in_block):
-        targets = np.flatnonzero(in_block)
+    def _select_targets(self, first, stop):
+        """Buffer positions of the block's targets (block = positions [first, stop))."""
+        targets = np.arange(first, stop, dtype=np.int64)
         if self.target_stride > 1:
-            targets = targets[indices[targets] % self.target_stride == 0]
+            targets = targets[self._events.index[first:stop] % self.target_stride == 0]
         if self.max_flows_per_block and len(targets) > self.max_flows_per_block:
             keep = np.linspace(0, len(targets) - 1, self.max_flows_per_block).round()
             targets = targets[keep.astype(np.int64)]
         return targets
 
-    def _compute_block(self, events, indices, in_block, context_low, context_high):
-        targets = self._select_targets(indices, in_block)
+    def _compute_block(self, first, stop, context_low, context_high):
+        buffer = self._events
+        targets = self._select_targets(first, stop)
         if len(targets) == 0:
             return None
-        in_context = (events.t_ns >= context_low) & (events.t_ns <= context_high)
-        in_context[targets] = True  # a target is always its own context
-        context = np.flatnonzero(in_context)
-        # Target positions within the context selection.
-        target_in_context = np.searchsorted(context, targets)
-        flow, confidence = self._encode_and_predict(events[context], target_in_context)
+        low, high = buffer.search(context_low), buffer.search(context_high, 'right')
+        if targets[0] >= low and targets[-1] < high:
+            # The usual case (block within the context window): one contiguous slice.
+            context = buffer.device_columns(low, high)
+            target_in_context = targets - low
+            if len(targets) == stop - first:  # every event of the block: a range
+                target_in_context = (int(targets[0]) - low, int(targets[-1]) + 1 - low)
+        else:
+            # A block longer than the context window: its targets outside the window are
+            # their own context (nothing else of the block is), as in the paper's per-event
+            # neighbourhoods.
+            before, after = targets[targets < low], targets[targets >= high]
+            positions = np.concatenate([before, np.arange(low, high), after])
+            columns = buffer.device_columns(buffer.start, buffer.end)
+            where = torch.from_numpy(positions - buffer.start).to(self.device)
+            context = tuple(column.index_select(0, where) for column in columns)
+            target_in_context = np.searchsorted(positions, targets)
+        flow, confidence = self._encode_and_predict(context, target_in_context)
         flow = flow.cpu().numpy()
         self.flows_out += len(targets)
+        if isinstance(target_in_context, tuple):
+            targets = slice(first, stop)  # copies of slices are cheaper than gathers
         return FlowBlock(
-            event_index=indices[targets].copy(),
-            t_ns=events.t_ns[targets].copy(),
-            x=events.x[targets].copy(),
-            y=events.y[targets].copy(),
+            event_index=buffer.index[targets].copy(),
+            t_ns=buffer.t_ns[targets].copy(),
+            x=buffer.x[targets].astype(np.uint16),
+            y=buffer.y[targets].astype(np.uint16),
             u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
             v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
             t_newest_ns=int(self._newest_ns),
@@ -302,13 +420,20 @@ class NormalFlowEstimator:
             ready_ns=int(context_high),
         )
 
-    def _encode_and_predict(self, context: EventArray, targets: np.ndarray):
-        """Return (flow float32 [M, 2] px/s, confidence float32 [M] or None) on the device."""
-        model, device = self.model, self.device
-        t_ns = torch.from_numpy(context.t_ns).to(device)
-        x = torch.from_numpy(context.x.astype(np.int32)).to(device)
-        y = torch.from_numpy(context.y.astype(np.int32)).to(device)
-        target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(device)
+    def _encode_and_predict(self, context, targets: np.ndarray):
+        """
+        Return (flow float32 [M, 2] px/s, confidence float32 [M] or None) on the device.
+
+        context: (t_ns, x, y) tensors on the device; targets: positions within it, an array
+        or a (begin, end) range.
+        """
+        model = self.model
+        t_ns, x, y = context
+        if isinstance(targets, tuple):  # a range: made where it is used
+            target_index = torch.arange(*targets, dtype=torch.int64, device=self.device)
+        else:
+            target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64))
+            target_index = target_index.to(self.device)
         if self.confidence or self.rotation_mean:
             from veckm_flow_ros.confidence import predict_with_confidence
             flow, confidence = predict_with_confidence(model, t_ns, x, y, target_index,
@@ -322,25 +447,19 @@ class NormalFlowEstimator:
 
     def _trim(self):
         """Drop buffered events that no pending block needs."""
-        if not self._buffered:
+        if not len(self._events):
             return
         keep_from, _ = self._context_range(self._block_start_ns)
-        keep_from = min(keep_from, self._block_start_ns)
-        events, indices = self._buffer()
-        keep = events.t_ns >= keep_from
-        if not keep.all():
-            self._chunks, self._index_chunks = [events[keep]], [indices[keep]]
-            self._buffered = int(keep.sum())
+        self._events.drop_before(self._events.search(min(keep_from, self._block_start_ns)))
 
     def _enforce_bound(self):
-        excess = self._buffered - self.max_buffered_events
+        buffer = self._events
+        excess = len(buffer) - self.max_buffered_events
         if excess <= 0:
             return
-        events, indices = self._buffer()
-        self._chunks, self._index_chunks = [events[excess:]], [indices[excess:]]
-        self._buffered -= excess
+        buffer.drop_before(buffer.start + excess)
         self.events_dropped['buffer_full'] += excess
         LOGGER.warning('event buffer over max_buffered_events=%d: dropped the %d oldest events',
                        self.max_buffered_events, excess)
-        if self._buffered and self._block_start_ns < int(self._chunks[0].t_ns[0]):
-            self._block_start_ns = int(self._chunks[0].t_ns[0])
+        if len(buffer) and self._block_start_ns < int(buffer.t_ns[buffer.start]):
+            self._block_start_ns = int(buffer.t_ns[buffer.start])

@@ -47,11 +47,11 @@ Python per message, more than the node's whole per-packet work, while holding th
 worker needs), parses their header fields and queues them in a bounded queue; one worker
 thread decodes, runs the estimator and publishes; the executor thread runs the image and
 diagnostics timers and the parameter services. Memory is bounded: the packet queue holds at
-most max_queued_events estimated events
-(payload <= 8 bytes x max_queued_events: 80 MB by default, 20 MB for evt3) and
-MAX_QUEUED_PACKETS packets; the estimator keeps at most max_buffered_events events (~21 bytes
-each: 84 MB by default); the image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at
-most 1000 received messages.
+most max_queued_events estimated events (payload <= 8 bytes x max_queued_events: 80 MB by
+default, 20 MB for evt3) and MAX_QUEUED_PACKETS packets; the estimator keeps at most
+max_buffered_events events (24 bytes each, in arrays of up to 1.5x that: <= 150 MB by
+default); the image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at most 1000
+received messages.
 """
 
 import collections
