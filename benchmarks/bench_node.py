@@ -28,13 +28,16 @@ point count are read) and /diagnostics. Sources:
 - `synthetic`: a 640x480 grating of straight edges translating at 300 px/s, `--synthetic-rate`
   events/s at 1x (mono packets of 1 ms; a seamless period replayed by shifting time_base).
 Configurations: `every` (a flow for every event) and `stride8` (target_stride = 8).
+Messages: one per --packet-wall-ms of wall time (default 1 ms, like a driver cutting packets
+by time), so at speed s each carries s ms of sensor time.
 
 Columns: input M events/s offered (events published / publish wall time); M flows/s received
 (over the span of the output);
 drops = packets the node dropped (queue over capacity) + packets lost in DDS (seq gaps);
 latency p50/p99 = receive wall time of each ~/flow message - wall time at which its newest
 flow's event was sent (the publisher stamps at sensor pace, so header.stamp maps back to the
-send time at any speed): tau + block + processing + transport; node CPU %
+send time at any speed): centred, tau - block / 2 + processing + transport; "p99 old" = the
+same for the message's oldest flow (a block earlier: tau + block / 2 + ...); node CPU %
 (100 = one core) over the replay; node peak RSS (VmHWM, MiB); lag = how long flows kept coming
 after the input ended. "sustained" = no drops and lag < LAG_LIMIT_S (the node kept up).
 All three processes share this machine's cores: the node's numbers include that contention.
@@ -199,6 +202,22 @@ def _cloud_stamp_and_width(raw: bytes):
     return sec * 1_000_000_000 + nanosec, width
 
 
+def _cloud_oldest_offset_ns(raw: bytes, width: int, point_step: int = 20) -> int:
+    """
+    Sensor time of the message's oldest flow relative to its stamp [ns, <= 0].
+
+    The node's points are float32 x, y, t, u, v (t: seconds relative to the stamp); the data
+    array ends the CDR buffer, followed by is_dense (1 byte). Returns 0 if the layout differs.
+    """
+    size = width * point_step
+    if width == 0 or len(raw) < size + 5 or \
+            struct.unpack_from('<I', raw, len(raw) - 1 - size - 4)[0] != size:
+        return 0
+    data = np.frombuffer(raw, dtype='<f4', count=width * point_step // 4,
+                         offset=len(raw) - 1 - size)
+    return int(float(data[2::point_step // 4].min()) * 1e9)
+
+
 def _proc_cpu_s(pid: int) -> float:
     fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
@@ -222,7 +241,7 @@ class Probe:
         from sensor_msgs.msg import PointCloud2
         self.node = rclpy.create_node('bench_probe')
         qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-        self.records = []  # (receive wall ns, stamp ns, flows)
+        self.records = []  # (receive wall ns, stamp ns, flows, oldest flow - stamp ns)
         self.diagnostics = {}
         self.node.create_subscription(PointCloud2, f'/{NODE_NAME}/flow', self._on_flow, qos,
                                       raw=True)
@@ -236,7 +255,7 @@ class Probe:
     def _on_flow(self, raw):
         now_ns = time.time_ns()
         stamp_ns, width = _cloud_stamp_and_width(raw)
-        self.records.append((now_ns, stamp_ns, width))
+        self.records.append((now_ns, stamp_ns, width, _cloud_oldest_offset_ns(raw, width)))
 
     def _on_diagnostics(self, msg):
         for status in msg.status:
@@ -306,10 +325,12 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         cpu_s = _proc_cpu_s(node.pid) - cpu_start
         wall_s = time.perf_counter() - wall_start - QUIET_S
         time.sleep(0.6)  # one more diagnostics period for the final totals
-        records = np.array(probe.records, dtype=np.int64).reshape(-1, 3)
+        records = np.array(probe.records, dtype=np.int64).reshape(-1, 4)
         # Wall time at which the block's newest flow event was sent (stamps run at sensor pace).
         sent_ns = start_wall_ns + (records[:, 1] - start_wall_ns) / speed
         latency_ms = (records[:, 0] - sent_ns) * 1e-6
+        # The same for the message's oldest flow (up to a block earlier).
+        oldest_ms = latency_ms - records[:, 3] / speed * 1e-6
         diagnostics = probe.diagnostics
         dropped = int(diagnostics.get('dropped packets (total)', -1))
         lost = int(diagnostics.get('packets lost upstream (total)', -1))
@@ -324,6 +345,8 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             'dropped': dropped, 'lost': lost,
             'p50_ms': float(np.percentile(latency_ms, 50)) if len(records) else float('nan'),
             'p99_ms': float(np.percentile(latency_ms, 99)) if len(records) else float('nan'),
+            'p99_oldest_ms': (float(np.percentile(oldest_ms, 99)) if len(records)
+                              else float('nan')),
             'cpu_percent': 100 * cpu_s / max(wall_s, 1e-9),
             'rss_mib': _proc_peak_rss_mib(node.pid),
         }
@@ -350,7 +373,8 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
 
 def print_table(rows):
     header = (f'{"config":8} {"source":9} {"speed":>5} {"in Mev/s":>9} {"Mflow/s":>8} '
-              f'{"drops":>11} {"p50 ms":>7} {"p99 ms":>7} {"lag s":>6} {"CPU %":>6} '
+              f'{"drops":>11} {"p50 ms":>7} {"p99 ms":>7} {"p99 old":>7} {"lag s":>6} '
+              f'{"CPU %":>6} '
               f'{"RSS MiB":>8} sustained')
     print(header)
     print('-' * len(header))
@@ -360,8 +384,10 @@ def print_table(rows):
                      and r['lag_s'] < LAG_LIMIT_S else 'NO')
         print(f'{r["config"]:8} {r["source"]:9} {r["speed"]:>4g}x '
               f'{r["input_events_s"] / 1e6:>9.2f} {r["flows_s"] / 1e6:>8.2f} {drops:>11} '
-              f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["lag_s"]:>6.2f} '
+              f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["p99_oldest_ms"]:>7.1f} '
+              f'{r["lag_s"]:>6.2f} '
               f'{r["cpu_percent"]:>6.0f} {r["rss_mib"]:>8.0f} {sustained}')
+    print('p50/p99: latency of each message\'s newest flow; p99 old: of its oldest flow')
     print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '
           f'lag = output time after the input ended; sustained = no drops and lag < '
           f'{LAG_LIMIT_S} s')

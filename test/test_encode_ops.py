@@ -258,3 +258,31 @@ def test_opcheck():
                           (features, torch.randn(16, 8), torch.randn(8, 8), torch.randn(8, 2),
                            2.0),
                           test_utils=('test_schema', 'test_faketensor'))
+
+
+def test_cpu_threads_split_skewed_scenes_alike():
+    # Dense rows next to sparse ones (a real scene's shape): the CPU kernel cuts slots and
+    # target rows into parts of equal estimated cost, one per thread; any split must give
+    # the closed form's features.
+    width, height, radius, n = 320, 90, 8, 40000
+    t_ns, x, y = _random_events(n, width, height, seed=11)
+    dense = torch.arange(n) % 10 != 0
+    y = torch.where(dense, y % 6 + 40, y)
+    targets = torch.arange(0, n, 7)
+    freq_t, freq_x, freq_y = _frequencies(64)
+    previous = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            results.append(ops.encode(t_ns, x, y, targets, width, height, freq_t, freq_x,
+                                      freq_y, 0.012, radius))
+    finally:
+        torch.set_num_threads(previous)
+    checked = torch.arange(0, len(targets), 23)
+    expected, expected_count = reference.encode_closed_form(
+        t_ns, x, y, targets[checked], width, height, freq_t, freq_x, freq_y, 0.012, radius)
+    for features, count in results:
+        assert torch.equal(count[checked].long(), expected_count)
+        assert _relative_error(features[checked], expected) <= 1e-4
+        assert _relative_error(features, results[0][0].double()) <= 1e-5

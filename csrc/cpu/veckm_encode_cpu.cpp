@@ -446,6 +446,35 @@ EncodeScratch& thread_scratch() {
   return scratch;
 }
 
+// Runs fn(begin, end) over items [0, count) in at most one part per thread, parts cut so that
+// each holds about the same estimated cost (cost_prefix[i]: summed cost of items before i;
+// size count + 1). at::parallel_for cuts ranges into equal item counts, which leaves one
+// thread idle on, e.g., the sparse rows of a real scene.
+template <typename F>
+void parallel_by_cost(const std::vector<int64_t>& cost_prefix, int64_t min_part_cost,
+                      const F& fn) {
+  const auto count = static_cast<int64_t>(cost_prefix.size()) - 1;
+  const int64_t total = cost_prefix.back();
+  const int64_t parts = std::max<int64_t>(
+      1, std::min<int64_t>(at::get_num_threads(), total / std::max<int64_t>(min_part_cost, 1)));
+  if (parts == 1 || count <= 1) {
+    if (count > 0) fn(0, count);
+    return;
+  }
+  auto part_start = [&](int64_t part) -> int64_t {
+    if (part == 0) return 0;
+    if (part == parts) return count;
+    return std::lower_bound(cost_prefix.begin(), cost_prefix.end(), total * part / parts) -
+           cost_prefix.begin();
+  };
+  at::parallel_for(0, parts, 1, [&](int64_t first, int64_t last) {
+    for (int64_t part = first; part < last; ++part) {
+      const int64_t begin = part_start(part), end = part_start(part + 1);
+      if (end > begin) fn(begin, end);
+    }
+  });
+}
+
 std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const at::Tensor& x_in,
                                               const at::Tensor& y_in,
                                               const at::Tensor& target_index_in, int64_t width,
@@ -549,7 +578,14 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   std::vector<float>& slot_embed = scratch.slot_embed;
   slot_embed.resize(num_slots * channels);
   std::vector<int32_t> slot_count(num_slots);
-  at::parallel_for(0, num_slots, 256, [&](int64_t begin, int64_t end) {
+  // Cost of a slot: its events plus the pixel product; zero in rows nobody reads.
+  std::vector<int64_t> slot_cost(num_slots + 1, 0);
+  for (int64_t s = 0; s < num_slots; ++s) {
+    slot_cost[s + 1] = slot_cost[s] + (row_needed[slots.slot_y[s]]
+                                           ? slots.slot_start[s + 1] - slots.slot_start[s] + 4
+                                           : 0);
+  }
+  parallel_by_cost(slot_cost, 1024, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       const int32_t first = slots.slot_start[s];
       slot_count[s] = slots.slot_start[s + 1] - first;
@@ -566,10 +602,24 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   std::vector<int32_t> pooled_count(num_target_slots, 0);
   const PoolInputs inputs{&slots, &target_of_slot, slot_embed.data(), slot_count.data(), &pixel,
                           width, height, pixel_radius, d};
+  // Cost of a target row: the slots of the rows entering and leaving its window plus its
+  // target pixels (each a box slide or restart of up to 2r + 1 columns).
   const auto num_target_rows = static_cast<int64_t>(target_rows.size());
-  const int64_t band = std::max<int64_t>(
-      4, num_target_rows / std::max<int64_t>(1, 4 * at::get_num_threads()));
-  at::parallel_for(0, num_target_rows, band, [&](int64_t begin, int64_t end) {
+  auto slots_in_row = [&](int64_t row) -> int64_t {
+    if (row < 0 || row >= height) return 0;
+    return slots.row_slot_start[row + 1] - slots.row_slot_start[row];
+  };
+  std::vector<int64_t> row_cost(num_target_rows + 1, 0);
+  for (int64_t i = 0; i < num_target_rows; ++i) {
+    const int64_t row = target_rows[i];
+    int64_t targets_in_row = 0;
+    for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
+      targets_in_row += target_of_slot[s] >= 0;
+    }
+    row_cost[i + 1] = row_cost[i] + slots_in_row(row + pixel_radius) +
+                      slots_in_row(row - pixel_radius - 1) + 4 * targets_in_row + 1;
+  }
+  parallel_by_cost(row_cost, 256, [&](int64_t begin, int64_t end) {
     pool_target_rows(inputs, target_rows, begin, end, pooled.data(), pooled_count.data());
   });
 
