@@ -387,7 +387,7 @@ def print_table(rows):
               f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["p99_oldest_ms"]:>7.1f} '
               f'{r["lag_s"]:>6.2f} '
               f'{r["cpu_percent"]:>6.0f} {r["rss_mib"]:>8.0f} {sustained}')
-    print('p50/p99: latency of each message\'s newest flow; p99 old: of its oldest flow')
+    print("p50/p99: latency of each message's newest flow; p99 old: of its oldest flow")
     print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '
           f'lag = output time after the input ended; sustained = no drops and lag < '
           f'{LAG_LIMIT_S} s')
