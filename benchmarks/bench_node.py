@@ -166,6 +166,7 @@ def run_publisher(args):
             time.sleep(0.05)
         time.sleep(0.5)
         t0_sensor = packets[0][0]
+        cpu_start = time.process_time()
         start = time.perf_counter()
         start_wall_ns = time.time_ns()
         for (t_sensor, *_), msg in zip(packets, messages):
@@ -179,10 +180,11 @@ def run_publisher(args):
             msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
             publisher.publish(msg)
         elapsed = time.perf_counter() - start
+        cpu_s = time.process_time() - cpu_start
         end_ns = time.time_ns()
         events = sum(p[4] for p in packets)
-        print(f'PUBLISHED {len(packets)} {events} {elapsed:.6f} {end_ns} {start_wall_ns}',
-              flush=True)
+        print(f'PUBLISHED {len(packets)} {events} {elapsed:.6f} {end_ns} {start_wall_ns} '
+              f'{cpu_s:.6f}', flush=True)
         time.sleep(0.2)
         node.destroy_node()
     finally:
@@ -311,6 +313,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
                               f'{args.profile_prefix}_{config_name}_{speed:g}x.txt', '--pid',
                               str(node.pid)], stdout=subprocess.DEVNULL)
         cpu_start, wall_start = _proc_cpu_s(node.pid), time.perf_counter()
+        probe_cpu_start = time.process_time()
         out, _ = publisher.communicate(timeout=600)
         summary = [x for x in out.splitlines() if x.startswith('PUBLISHED')]
         if not summary:
@@ -318,11 +321,13 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         line = summary[0].split()
         packets, events, publish_s = int(line[1]), int(line[2]), float(line[3])
         publish_end_ns, start_wall_ns = int(line[4]), int(line[5])
+        publisher_cpu_s = float(line[6])
         count = -1
         while len(probe.records) != count:  # wait until the output stops for QUIET_S
             count = len(probe.records)
             time.sleep(QUIET_S)
         cpu_s = _proc_cpu_s(node.pid) - cpu_start
+        probe_cpu_s = time.process_time() - probe_cpu_start
         wall_s = time.perf_counter() - wall_start - QUIET_S
         time.sleep(0.6)  # one more diagnostics period for the final totals
         records = np.array(probe.records, dtype=np.int64).reshape(-1, 4)
@@ -348,6 +353,10 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             'p99_oldest_ms': (float(np.percentile(oldest_ms, 99)) if len(records)
                               else float('nan')),
             'cpu_percent': 100 * cpu_s / max(wall_s, 1e-9),
+            # The benchmark's own processes on the same cores: publisher (while publishing)
+            # and this probe process (over the same span as the node).
+            'harness_cpu_percent': 100 * (publisher_cpu_s / max(publish_s, 1e-9)
+                                          + probe_cpu_s / max(wall_s, 1e-9)),
             'rss_mib': _proc_peak_rss_mib(node.pid),
         }
     finally:
@@ -374,7 +383,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
 def print_table(rows):
     header = (f'{"config":8} {"source":9} {"speed":>5} {"in Mev/s":>9} {"Mflow/s":>8} '
               f'{"drops":>11} {"p50 ms":>7} {"p99 ms":>7} {"p99 old":>7} {"lag s":>6} '
-              f'{"CPU %":>6} '
+              f'{"CPU %":>6} {"harn %":>6} '
               f'{"RSS MiB":>8} sustained')
     print(header)
     print('-' * len(header))
@@ -385,9 +394,10 @@ def print_table(rows):
         print(f'{r["config"]:8} {r["source"]:9} {r["speed"]:>4g}x '
               f'{r["input_events_s"] / 1e6:>9.2f} {r["flows_s"] / 1e6:>8.2f} {drops:>11} '
               f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["p99_oldest_ms"]:>7.1f} '
-              f'{r["lag_s"]:>6.2f} '
-              f'{r["cpu_percent"]:>6.0f} {r["rss_mib"]:>8.0f} {sustained}')
-    print("p50/p99: latency of each message's newest flow; p99 old: of its oldest flow")
+              f'{r["lag_s"]:>6.2f} {r["cpu_percent"]:>6.0f} {r["harness_cpu_percent"]:>6.0f} '
+              f'{r["rss_mib"]:>8.0f} {sustained}')
+    print("p50/p99: latency of each message's newest flow; p99 old: of its oldest flow; "
+          'CPU %: the node (100 = one core); harn %: publisher + probe on the same cores')
     print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '
           f'lag = output time after the input ended; sustained = no drops and lag < '
           f'{LAG_LIMIT_S} s')

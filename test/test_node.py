@@ -568,7 +568,7 @@ def test_only_the_image_scale_changes_at_run_time(harness_factory):
     for name, value in (('block_ms', 2.0), ('model', 'other'), ('image_rate_hz', 5.0)):
         assert not node.set_parameters([Parameter(name, value=value)])[0].successful, name
     assert not node.set_parameters([Parameter('image_max_speed_px_s', value=-1.0)])[0].successful
-    assert node.config['block_ms'] == 10.0 and node.config['image_max_speed_px_s'] == 500.0
+    assert node.config['block_ms'] == 20.0 and node.config['image_max_speed_px_s'] == 500.0
 
 
 def _clouds_by_pass(clouds):
@@ -625,7 +625,7 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
     from veckm_flow_ros.model import load_model
     from veckm_flow_ros.packets import encode_packets
     from veckm_flow_ros.replay import ReplayOptions, ReplayOutputs, replay_bag
-    events, _, _ = moving_edges(duration_s=0.12)
+    events, _, _ = moving_edges(duration_s=0.25)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
     rng = np.random.default_rng(3)
     stamps = [p.first_t_ns + 7_000_000_000 + int(rng.integers(0, 300_000)) for p in packets]
@@ -672,7 +672,7 @@ def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(harness_fac
               for seq, (p, stamp_ns) in enumerate(zip(packets, stamps))]
     outputs = []
     for batches in ([queued], [[packet] for packet in queued]):
-        harness = harness_factory(target_stride=2)
+        harness = harness_factory(target_stride=2, block_ms=10.0)
         harness.node.stop_worker()  # this test drives the worker's processing itself
         harness.node._stop.clear()  # (the threads have ended; _process looks at the flag)
         for batch in batches:

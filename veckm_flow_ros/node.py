@@ -141,8 +141,9 @@ PARAMETERS = (
     ParameterSpec('tau_ms', 0.0, 'Expected temporal radius tau of the model [ms] (half the '
                   'context slice); 0 = take it from the model, otherwise start-up fails unless '
                   "it equals the model's.", (0.0, 1000.0), read_only=True),
-    ParameterSpec('block_ms', 10.0, 'Length of a target block [ms]: events are encoded and '
-                  'published in blocks of this duration (latency ~ tau + block).', (0.1, 100.0),
+    ParameterSpec('block_ms', 20.0, 'Length of a target block [ms]: events are encoded and '
+                  'published in blocks of this duration (latency ~ tau + block / 2 centred; at '
+                  'most 2 tau).', (0.1, 100.0),
                   read_only=True),
     ParameterSpec('causal', False, 'Use only past context (latency ~ block instead of tau + '
                   'block, lower accuracy).', read_only=True),

@@ -70,7 +70,7 @@ class ReplayOptions:
 
     topic: Optional[str] = None
     device: str = 'cpu'
-    block_s: float = 0.010
+    block_s: float = 0.020
     causal: bool = False
     target_stride: int = 1
     duration_s: Optional[float] = None

@@ -43,7 +43,7 @@ def register(subparsers):
     parser.add_argument('--stride', type=int, default=1, metavar='K',
                         help='estimate the flow of every K-th event (context uses all)')
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
-    parser.add_argument('--block-ms', type=float, default=10.0,
+    parser.add_argument('--block-ms', type=float, default=20.0,
                         help="target block length [ms], as the node's block_ms")
     parser.add_argument('--causal', action='store_true',
                         help='use past context only (lower latency, lower accuracy)')
