@@ -278,10 +278,12 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
     env = dict(os.environ)
     node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
                 'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
-                '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5',
-                '-p', f'block_ms:={args.block_ms}',
-                '-p', f'torch_threads:={args.torch_threads}']
-    for name, value in CONFIGS[config_name].items():
+                '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5']
+    parameters = {'torch_threads': args.torch_threads}
+    if args.block_ms is not None:
+        parameters['block_ms'] = args.block_ms
+    parameters.update(CONFIGS[config_name])  # a configuration's own values win
+    for name, value in parameters.items():
         node_cmd += ['-p', f'{name}:={value}']
     # The node's log goes to a file (a pipe nobody reads could fill and stall the node).
     log = tempfile.TemporaryFile(mode='w+')
@@ -308,8 +310,8 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         while not probe.records and publisher.poll() is None:
             time.sleep(0.01)
         if args.py_spy:  # sample the node's Python threads during the replay
-            subprocess.Popen([args.py_spy, 'record', '-r', '250', '-t', '-f', 'raw', '-d',
-                              str(int(args.wall_s)), '-o',
+            subprocess.Popen([args.py_spy, 'record', '-r', '250', '-t', '--idle', '-f', 'raw',
+                              '-d', str(int(args.wall_s)), '-o',
                               f'{args.profile_prefix}_{config_name}_{speed:g}x.txt', '--pid',
                               str(node.pid)], stdout=subprocess.DEVNULL)
         cpu_start, wall_start = _proc_cpu_s(node.pid), time.perf_counter()
@@ -415,7 +417,8 @@ def main(argv=None):
                         help='seconds of wall time each replay lasts')
     parser.add_argument('--synthetic-rate', type=float, default=5e5,
                         help='events/s of the synthetic source at 1x')
-    parser.add_argument('--block-ms', type=float, default=5.0)
+    parser.add_argument('--block-ms', type=float, default=None,
+                        help="the node's block_ms [ms] (default: the node's default)")
     parser.add_argument('--py-spy', default=None,
                         help='path of a py-spy executable: profile the node (raw folded stacks)')
     parser.add_argument('--profile-prefix', default='/tmp/bench_node_profile',

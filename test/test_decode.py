@@ -379,3 +379,39 @@ def test_round_trip(backend, encoding):
     decoded, _ = decode_packets(encode_packets(events, encoding, packet_duration_ns=10**8),
                                 backend, 346, 260)
     assert_same_events(decoded, events)
+
+
+def test_evt3_resync_after_lost_messages(backend):
+    # 1 ms packets of a 40 ms stream (TIME_HIGH only every 4.096 ms); packets 10-14 are lost.
+    # Without a resync the first events after the gap get the time of the last decoded
+    # packet (up to 5 ms early); after resync() they are dropped until the next TIME_HIGH and
+    # TIME_LOW, and every decoded event keeps its true time.
+    rng = np.random.default_rng(8)
+    n = 8000
+    events = EventArray(np.sort(rng.integers(0, 40_000, n)) * US + 5_000_000_000,
+                        rng.integers(0, 640, n), rng.integers(0, 480, n), rng.integers(0, 2, n))
+    events = sort_for_vectors(events)
+    packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
+    kept = [p for k, p in enumerate(packets) if not 10 <= k < 15]
+    truth = {}
+    for t, x, y in zip(events.t_ns.tolist(), events.x.tolist(), events.y.tolist()):
+        truth.setdefault((x, y), set()).add(t)
+
+    def decode(resync):
+        decoder = PacketDecoder(backend)
+        out = []
+        for k, packet in enumerate(kept):
+            if resync and k == 10:
+                decoder.resync()
+            out.append(decoder.decode('evt3', packet.data, 0, 640, 480).events)
+        return EventArray.concatenate(out)
+
+    def wrong_times(decoded):
+        return sum(t not in truth.get((x, y), ()) for t, x, y in
+                   zip(decoded.t_ns.tolist(), decoded.x.tolist(), decoded.y.tolist()))
+
+    stale, synced = decode(False), decode(True)
+    assert wrong_times(stale) > 0
+    assert wrong_times(synced) == 0
+    assert np.all(np.diff(synced.t_ns) >= 0)
+    assert len(synced) > 0.7 * n

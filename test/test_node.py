@@ -507,6 +507,27 @@ def test_bad_input_is_counted_and_the_node_keeps_going(harness_factory):
     assert harness.clouds and harness.node._worker.is_alive()
 
 
+def test_lost_evt3_packets_do_not_restart_the_stream(harness_factory):
+    # evt3 carries its time across packets (TIME_HIGH every 4.096 ms). Packets 30-37 are
+    # lost: the next packet's first events must not take the time of the last decoded
+    # one (8 ms early), which would look like the sensor time jumping back and reset the
+    # estimator; the decoder resyncs on the seq gap instead.
+    from veckm_flow_ros.packets import encode_packets
+    harness = harness_factory()
+    events, _, _ = moving_edges(duration_s=0.12)
+    packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
+    for seq, packet in enumerate(packets):
+        if not 30 <= seq < 38:
+            harness.publish('evt3', packet.data, packet.first_t_ns, seq=seq)
+            harness.spin_for(0.0005)
+    assert harness.wait_idle()
+    totals = harness.node.stats.totals
+    assert totals['seq_gaps'] == 1 and totals['missed_packets'] == 8
+    assert totals['estimator_resets'] == 0
+    assert harness.node.decoder.problem_counts['time_backwards'] == 0
+    assert harness.clouds
+
+
 def test_burst_over_capacity_drops_whole_oldest_packets(harness_factory):
     capacity = 40_000
     harness = harness_factory(max_queued_events=capacity)

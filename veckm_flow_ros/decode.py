@@ -160,6 +160,20 @@ class PacketDecoder:
         self._states = {}
         self._last_t_ns = {}
 
+    def resync(self):
+        """
+        Messages were lost before the next one (a seq gap, or packets dropped under load).
+
+        evt3 carries its time across messages (TIME_HIGH words only every 4.096 ms), so the
+        next message's first events would get the last decoded message's time, up to the gap
+        too early. Its events are dropped until a TIME_HIGH and a TIME_LOW arrive, as at the
+        start of a stream; the rollover count is kept. The other encodings stamp from
+        time_base in every message and need nothing.
+        """
+        state = self._states.get('evt3')
+        if state is not None:
+            state[2] = 0  # time not valid, no TIME_HIGH seen yet (same bits in both backends)
+
     def counters(self) -> dict:
         """All counters as a flat dict (for diagnostics and `veckm-flow info`)."""
         totals = {'messages': self.messages, 'events': self.events, 'triggers': self.triggers,

@@ -744,6 +744,8 @@ class VecKMFlowNode(Node):
                 # packet with the old stream's time state.
                 self._push_and_publish(pending, marks)
                 self._reset_stream('the stream restarted (header stamp or seq went back)')
+            if self._last_seq is not None and packet.seq > self._last_seq + 1:
+                self.decoder.resync()  # lost upstream or dropped here: evt3 time is stale
             self._last_stamp_ns = packet.stamp_ns
             self._last_seq = packet.seq
             events = self._decode(packet)

@@ -497,6 +497,8 @@ class _ReplayRun:
         summary.messages += 1
         if self._went_back(item.stamp_ns, int(msg.seq)):
             self._restart_stream()
+        elif self._last_seq is not None and int(msg.seq) > self._last_seq + 1:
+            self.decoder.resync()  # messages missing from the recording: evt3 time is stale
         self._last_stamp_ns, self._last_seq = item.stamp_ns, int(msg.seq)
         try:
             result = self.decoder.decode(msg.encoding, msg.events, msg.time_base, msg.width,
