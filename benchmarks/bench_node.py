@@ -19,17 +19,22 @@ veckm_flow_node over real DDS: sustained input rate, latency, CPU and memory.
     .venv/bin/python benchmarks/bench_node.py --model PATH [--speeds 1 4 10] [--wall-s 3]
 
 For every (configuration, source, speed) it starts the node as its own process (the console
-script's main()), a publisher process that replays EventPackets paced by their sensor times
-divided by the speed factor and stamped at sensor pace from the wall clock at its start (at 1x
-that is what a driver stamps), and subscribes here to ~/flow (raw CDR: only header stamp and
-point count are read) and /diagnostics. Sources:
+script's main()), a publisher process that sends EventPackets paced by their sensor times
+(divided by the speed factor in replay mode) and stamped at sensor pace from the wall clock at
+its start (at 1x that is what a driver stamps), and subscribes here to ~/flow (raw CDR: only
+header stamp, point count and the oldest point's t are read) and /diagnostics. Sources:
 - `real`: the evt3 640x480 recording ../shared/data/recordings/py_test_events_1 (decoded once,
   looped with continuous sensor time, re-encoded as evt3 packets of 1 ms);
 - `synthetic`: a 640x480 grating of straight edges translating at 300 px/s, `--synthetic-rate`
   events/s at 1x (mono packets of 1 ms; a seamless period replayed by shifting time_base).
+Speed, --mode rate (default): a camera with `speed` times the source's event rate -- the
+source's sensor times are divided by `speed` and played in real time (the scene moves that
+much faster), so each 20 ms block holds `speed` times the events, as with a busier camera.
+--mode replay: the source as recorded, played `speed` times faster (like ros2 bag play
+--rate): the node must get through `speed` sensor seconds (and blocks) per wall second.
 Configurations: `every` (a flow for every event) and `stride8` (target_stride = 8).
 Messages: one per --packet-wall-ms of wall time (default 1 ms, like a driver cutting packets
-by time), so at speed s each carries s ms of sensor time.
+by time); in replay mode at speed s each carries s ms of sensor time.
 
 Columns: input M events/s offered (events published / publish wall time); M flows/s received
 (over the span of the output);
@@ -70,8 +75,13 @@ CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
 # Sources: lists of (sensor time of the packet [ns], encoding, payload bytes, time_base, events)
 
 
-def real_packets(loops: int, packet_ns: int):
-    """Decode the evt3 recording once and re-encode it `loops` times with continuous time."""
+def real_packets(loops: int, packet_ns: int, compress: float = 1.0):
+    """
+    Decode the evt3 recording once and re-encode it `loops` times with continuous time.
+
+    compress > 1 divides its sensor times by that factor (a camera with `compress` times the
+    event rate: the scene moves that much faster), before the re-encoding.
+    """
     from veckm_flow_ros.bag import read_event_messages
     from veckm_flow_ros.decode import PacketDecoder
     from veckm_flow_ros.events import EventArray
@@ -80,7 +90,8 @@ def real_packets(loops: int, packet_ns: int):
     chunks = [decoder.decode(m.msg.encoding, m.msg.events, m.msg.time_base, m.msg.width,
                              m.msg.height).events for m in read_event_messages(RECORDING)]
     events = EventArray.concatenate(chunks)
-    t_ns = events.t_ns - events.t_ns[0] + 100_000_000
+    t_ns = (events.t_ns - events.t_ns[0]) // compress + 100_000_000
+    t_ns = (t_ns // 1000) * 1000  # evt3 keeps microseconds
     period_ns = int(t_ns[-1]) + packet_ns
     looped = EventArray(np.concatenate([t_ns + k * period_ns for k in range(loops)]),
                         np.tile(events.x, loops), np.tile(events.y, loops),
@@ -130,20 +141,28 @@ def synthetic_packets(rate_events_s: float, sensor_s: float, packet_ns: int):
 # Publisher process
 
 
+def time_scale(args) -> float:
+    """Sensor seconds per wall second: `speed` in replay mode, 1 in rate mode."""
+    return args.speed if args.mode == 'replay' else 1.0
+
+
 def run_publisher(args):
-    """Publish the source at args.speed, paced by sensor time; print a summary line."""
+    """Publish the source at args.speed (see --mode), paced by wall time; print a summary."""
     import rclpy
     from event_camera_msgs.msg import EventPacket
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-    sensor_s = args.speed * args.wall_s
-    # One message per packet_wall_ms of wall time, as a driver cutting packets by time:
-    # at speed s a message carries s times as much sensor time (and events).
-    packet_ns = int(round(args.packet_wall_ms * 1e6 * args.speed))
+    # rate: sensor time runs with the wall clock, the source has `speed` times its event rate;
+    # replay: the source as recorded, played `speed` times faster (ros2 bag play --rate).
+    clock = time_scale(args)
+    sensor_s = clock * args.wall_s
+    # One message per packet_wall_ms of wall time, as a driver cutting packets by time.
+    packet_ns = int(round(args.packet_wall_ms * 1e6 * clock))
+    density = args.speed if args.mode == 'rate' else 1.0
     if args.source == 'real':
-        one_loop_s = 2.2
-        packets = real_packets(int(np.ceil(sensor_s / one_loop_s)), packet_ns)
+        one_loop_s = 2.2 / density
+        packets = real_packets(int(np.ceil(sensor_s / one_loop_s)), packet_ns, density)
     else:
-        packets = synthetic_packets(args.synthetic_rate, sensor_s, packet_ns)
+        packets = synthetic_packets(args.synthetic_rate * density, sensor_s, packet_ns)
     t_end = packets[0][0] + int(sensor_s * 1e9)
     packets = [p for p in packets if p[0] < t_end]
     messages = []
@@ -170,7 +189,7 @@ def run_publisher(args):
         start = time.perf_counter()
         start_wall_ns = time.time_ns()
         for (t_sensor, *_), msg in zip(packets, messages):
-            due = start + (t_sensor - t0_sensor) * 1e-9 / args.speed
+            due = start + (t_sensor - t0_sensor) * 1e-9 / clock
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
@@ -304,7 +323,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             [sys.executable, __file__, '--role', 'publisher', '--source', source,
              '--speed', str(speed), '--wall-s', str(args.wall_s),
              '--synthetic-rate', str(args.synthetic_rate),
-             '--packet-wall-ms', str(args.packet_wall_ms)],
+             '--packet-wall-ms', str(args.packet_wall_ms), '--mode', args.mode],
             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # CPU is counted from the first packet received to the end of the output.
         while not probe.records and publisher.poll() is None:
@@ -334,10 +353,11 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         time.sleep(0.6)  # one more diagnostics period for the final totals
         records = np.array(probe.records, dtype=np.int64).reshape(-1, 4)
         # Wall time at which the block's newest flow event was sent (stamps run at sensor pace).
-        sent_ns = start_wall_ns + (records[:, 1] - start_wall_ns) / speed
+        clock = speed if args.mode == 'replay' else 1.0  # sensor seconds per wall second
+        sent_ns = start_wall_ns + (records[:, 1] - start_wall_ns) / clock
         latency_ms = (records[:, 0] - sent_ns) * 1e-6
         # The same for the message's oldest flow (up to a block earlier).
-        oldest_ms = latency_ms - records[:, 3] / speed * 1e-6
+        oldest_ms = latency_ms - records[:, 3] / clock * 1e-6
         diagnostics = probe.diagnostics
         dropped = int(diagnostics.get('dropped packets (total)', -1))
         lost = int(diagnostics.get('packets lost upstream (total)', -1))
@@ -419,6 +439,10 @@ def main(argv=None):
                         help='events/s of the synthetic source at 1x')
     parser.add_argument('--block-ms', type=float, default=None,
                         help="the node's block_ms [ms] (default: the node's default)")
+    parser.add_argument('--mode', choices=('rate', 'replay'), default='rate',
+                        help='rate (default): a camera with SPEED times the event rate of the '
+                        'source (sensor times compressed, played in real time); replay: the '
+                        'source as recorded, played SPEED times faster')
     parser.add_argument('--py-spy', default=None,
                         help='path of a py-spy executable: profile the node (raw folded stacks)')
     parser.add_argument('--profile-prefix', default='/tmp/bench_node_profile',
