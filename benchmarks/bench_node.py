@@ -141,9 +141,9 @@ def synthetic_packets(rate_events_s: float, sensor_s: float, packet_ns: int):
 # Publisher process
 
 
-def time_scale(args) -> float:
+def time_scale(mode: str, speed: float) -> float:
     """Sensor seconds per wall second: `speed` in replay mode, 1 in rate mode."""
-    return args.speed if args.mode == 'replay' else 1.0
+    return speed if mode == 'replay' else 1.0
 
 
 def run_publisher(args):
@@ -153,7 +153,7 @@ def run_publisher(args):
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     # rate: sensor time runs with the wall clock, the source has `speed` times its event rate;
     # replay: the source as recorded, played `speed` times faster (ros2 bag play --rate).
-    clock = time_scale(args)
+    clock = time_scale(args.mode, args.speed)
     sensor_s = clock * args.wall_s
     # One message per packet_wall_ms of wall time, as a driver cutting packets by time.
     packet_ns = int(round(args.packet_wall_ms * 1e6 * clock))
@@ -353,7 +353,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         time.sleep(0.6)  # one more diagnostics period for the final totals
         records = np.array(probe.records, dtype=np.int64).reshape(-1, 4)
         # Wall time at which the block's newest flow event was sent (stamps run at sensor pace).
-        clock = speed if args.mode == 'replay' else 1.0  # sensor seconds per wall second
+        clock = time_scale(args.mode, speed)
         sent_ns = start_wall_ns + (records[:, 1] - start_wall_ns) / clock
         latency_ms = (records[:, 0] - sent_ns) * 1e-6
         # The same for the message's oldest flow (up to a block earlier).

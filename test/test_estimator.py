@@ -41,6 +41,16 @@ def tiny_model(d=16, hidden=32, radius=4, tau_s=0.01):
         flow_scale_px_s=60.0, metadata={'name': 'tiny'})
 
 
+def op_flows(model, events, context, targets):
+    """Flows (px/s) and counts of the ops run directly on events[context] for `targets`."""
+    features, count = ops.encode(
+        torch.from_numpy(events.t_ns[context]),
+        torch.from_numpy(events.x[context].astype(np.int32)),
+        torch.from_numpy(events.y[context].astype(np.int32)), torch.from_numpy(targets),
+        WIDTH, HEIGHT, model.freq_t, model.freq_x, model.freq_y, model.tau_s, model.pixel_radius)
+    return model.predict_flow_px_s(features).numpy(), count
+
+
 def random_stream(n=20000, duration_ns=80_000_000, seed=0, t0_ns=1_700_000_000_000_000_000):
     rng = np.random.default_rng(seed)
     t_ns = np.sort(rng.integers(0, duration_ns, n)) + t0_ns
@@ -85,12 +95,7 @@ def test_block_flows_equal_the_op_on_the_centred_context():
     context = np.flatnonzero((events.t_ns >= centre - 10_000_000)
                              & (events.t_ns <= centre + 10_000_000))
     targets = np.searchsorted(context, block.event_index)
-    features, count = ops.encode(
-        torch.from_numpy(events.t_ns[context]),
-        torch.from_numpy(events.x[context].astype(np.int32)),
-        torch.from_numpy(events.y[context].astype(np.int32)), torch.from_numpy(targets),
-        WIDTH, HEIGHT, model.freq_t, model.freq_x, model.freq_y, model.tau_s, model.pixel_radius)
-    flow = model.predict_flow_px_s(features).numpy()
+    flow, count = op_flows(model, events, context, targets)
     assert (count > 0).all()
     np.testing.assert_allclose(block.u_px_s, flow[:, 0], rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(block.v_px_s, flow[:, 1], rtol=1e-5, atol=1e-3)
@@ -141,13 +146,7 @@ def test_block_longer_than_the_context_window():
     in_block = np.flatnonzero(events.t_ns < block_start + 30_000_000)
     window = (events.t_ns >= centre - 10_000_000) & (events.t_ns <= centre + 10_000_000)
     context = np.union1d(np.flatnonzero(window), in_block)
-    targets = np.searchsorted(context, in_block)
-    features, _ = ops.encode(
-        torch.from_numpy(events.t_ns[context]),
-        torch.from_numpy(events.x[context].astype(np.int32)),
-        torch.from_numpy(events.y[context].astype(np.int32)), torch.from_numpy(targets),
-        WIDTH, HEIGHT, model.freq_t, model.freq_x, model.freq_y, model.tau_s, model.pixel_radius)
-    flow = model.predict_flow_px_s(features).numpy()
+    flow, _ = op_flows(model, events, context, np.searchsorted(context, in_block))
     np.testing.assert_allclose(flows.u_px_s[:len(in_block)], flow[:, 0], rtol=1e-5, atol=1e-3)
 
 
