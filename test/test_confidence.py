@@ -139,3 +139,44 @@ def test_evaluate_mean_flow_keeps_the_confidence(small_sequence):
     alone = evaluate.predict_with_estimator(model, small_sequence, mean_flow=True)
     assert alone.confidence is None
     np.testing.assert_allclose(alone.flow_px_s, mean.flow_px_s)
+
+
+def _equivariant_model(group_name, seed=0, features=16, hidden=32):
+    recipe = train.Recipe(equivariance=group_name, num_features=features, hidden_size=hidden,
+                          seed=seed)
+    freq = train.recipe_frequencies(recipe)
+    torch.manual_seed(seed)
+    w1, w2, w3 = train.make_mlp(recipe, 2 * features, freq).weights()
+    return VecKMFlowModel(
+        num_features=features, pixel_radius=3, tau_s=0.01, freq_t=freq[0], freq_x=freq[1],
+        freq_y=freq[2], w1=w1 * 3, w2=w2 * 3, w3=w3 * 3, flow_scale_px_s=60.0,
+        metadata={'name': f'random {group_name}'})
+
+
+@pytest.mark.parametrize('group_name, views', [('c4', 4), ('d4', 2)])
+def test_equivariant_models_use_the_views_they_are_not_built_for(
+        small_sequence, group_name, views):
+    model = _equivariant_model(group_name)
+    assert model.equivariance == group_name and _random_model().equivariance == 'none'
+    events = small_sequence.events
+    t_ns = torch.from_numpy(events.t_ns)
+    x = torch.from_numpy(events.x.astype(np.int32))
+    y = torch.from_numpy(events.y.astype(np.int32))
+    targets = torch.arange(0, len(events), 5)
+    # Rotated copies would all say the same: that is why they are not the views.
+    rotations = []
+    for matrix in confidence.ROTATIONS:
+        g = torch.tensor(matrix, dtype=torch.float32)
+        rotated = g.T @ torch.stack([model.freq_x, model.freq_y], 0)
+        features, _ = ops.encode(t_ns, x, y, targets, 64, 48, model.freq_t, rotated[0],
+                                 rotated[1], model.tau_s, model.pixel_radius)
+        rotations.append(model.predict_flow_px_s(features) @ g)
+    for flow in rotations[1:]:
+        torch.testing.assert_close(flow, rotations[0], rtol=1e-4, atol=1e-3)
+    flows = confidence.ensemble_flows(model, t_ns, x, y, targets, 64, 48)
+    assert flows.shape == (views, len(targets), 2)
+    torch.testing.assert_close(flows[0], rotations[0])
+    flow, score = confidence.predict_with_confidence(model, t_ns, x, y, targets, 64, 48)
+    torch.testing.assert_close(flow, rotations[0])
+    # The views disagree somewhere: the confidence is informative, not constant.
+    assert float(score.std()) > 0.01 and float(score.min()) < 0.9

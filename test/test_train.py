@@ -28,7 +28,7 @@ TINY = train.Recipe(pixel_radius=4, tau_s=0.008, num_sequences=4, duration_s=0.0
                     height=48, blocks_per_sequence=2, targets_per_block=256,
                     augmentations_per_block=2, epochs=4, batch_size=128, batches_per_epoch=40,
                     hidden_size=32, num_features=32, validation_fraction=0.25,
-                    learning_rate=1e-2)
+                    learning_rate=1e-2, equivariance='none')
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -85,6 +85,77 @@ def test_transformed_frequencies_encode_transformed_events():
                                  moved[:, 1].int().contiguous(), targets, 41, 41,
                                  freq_t, freq_x, freq_y, 0.005, 4)
         torch.testing.assert_close(features, expected, atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize('group_name', ['c4', 'd4'])
+def test_symmetric_frequencies_are_orbits(group_name):
+    group = train.symmetry_group(group_name)
+    t, x, y = train.symmetric_frequencies(64, 0, group_name)
+    assert t.shape == x.shape == (64,)
+    assert float(x.std()) == pytest.approx(5.0, rel=0.15)
+    assert float(t.std()) == pytest.approx(5.0, rel=0.15)
+    # Every element of the group permutes the frequencies (T kept); all 64 are distinct.
+    permutations = train.feature_permutations((t, x, y), group)
+    assert permutations is not None and len(permutations) == len(group)
+    assert len({(a, b, c) for a, b, c in zip(t.tolist(), x.tolist(), y.tolist())}) == 64
+    assert train.feature_permutations(train.standard_frequencies(64, 0), group) is None
+    with pytest.raises(ValueError, match='multiple of the group size 8'):
+        train.symmetric_frequencies(36, 0, 'd4')
+
+
+@pytest.mark.parametrize('group_name', ['c4', 'd4'])
+def test_equivariant_mlp_turns_the_flow_with_the_events(group_name):
+    """Encode events and their rotated/flipped copy: the flows differ by the same G."""
+    from veckm_flow_ros import ops
+    recipe = train.Recipe(equivariance=group_name, num_features=32, hidden_size=32)
+    freq = train.recipe_frequencies(recipe)
+    torch.manual_seed(1)
+    mlp = train.make_mlp(recipe, 64, freq)
+    w1, w2, w3 = mlp.weights()
+    rng = np.random.default_rng(0)
+    n = 600
+    t_ns = torch.from_numpy(np.sort(rng.integers(0, 10_000_000, n)))
+    x = rng.integers(10, 31, n)
+    y = rng.integers(10, 31, n)
+    targets = torch.arange(0, n, 5)
+
+    def flows(xx, yy):
+        features, _ = ops.encode(t_ns, torch.from_numpy(xx.astype(np.int32)),
+                                 torch.from_numpy(yy.astype(np.int32)), targets, 41, 41,
+                                 *freq, 0.005, 4)
+        return torch.relu(torch.relu(features @ w1) @ w2) @ w3
+
+    plain = flows(x, y)
+    assert float(plain.abs().mean()) > 1e-3
+    for g in train.symmetry_group(group_name):
+        moved = np.stack([x - 20, y - 20], 1) @ g.T + 20
+        turned = flows(moved[:, 0], moved[:, 1])
+        expected = plain @ torch.from_numpy(g.T.astype(np.float32))
+        torch.testing.assert_close(turned, expected, atol=2e-5, rtol=1e-4)
+    # The exported weights are those the training forward uses.
+    features = torch.randn(8, 64)
+    torch.testing.assert_close(mlp(features), torch.relu(torch.relu(features @ w1) @ w2) @ w3)
+
+
+def test_equivariant_training_run_learns(tmp_path):
+    recipe = dataclasses.replace(TINY, equivariance='c4', augmentations_per_block=1)
+    assert train.Recipe().equivariance == 'c4'  # the default
+    freq = train.recipe_frequencies(recipe)
+    features, flow, groups = train.build_feature_bank(recipe, freq, log=lambda message: None)
+    torch.manual_seed(recipe.seed)
+    untrained = train.make_mlp(recipe, features.shape[1], freq)
+    mlp, _ = train.train_mlp(features, flow, groups, recipe, log=lambda message: None)
+    x = torch.from_numpy(features).float()
+    target = torch.from_numpy(flow / recipe.flow_scale_px_s)
+    with torch.no_grad():
+        before = float(train.generalized_normal_flow_loss(untrained(x), target))
+        after = float(train.generalized_normal_flow_loss(mlp(x), target))
+    assert after < before - 0.05
+    # The checkpoint is an ordinary model that is found equivariant again when loaded.
+    train.train(dataclasses.replace(recipe, num_sequences=2, epochs=1), tmp_path / 'c4.npz',
+                tmp_path / 'work', log=lambda message: None)
+    model = load_model(tmp_path / 'c4.npz')
+    assert model.equivariance == 'c4' and model.metadata['recipe']['equivariance'] == 'c4'
 
 
 def test_inverse_density_weights_flatten_the_speed_histogram():

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Per-flow confidence from a rotation ensemble.
+Per-flow confidence from an ensemble of views of the neighbourhood.
 
 The model sees each neighbourhood again rotated by 90, 180 and 270 degrees. Rotating the
 event cloud by a symmetry G of the square is exactly the same as encoding the unrotated
@@ -28,9 +28,17 @@ the K back-rotated flows n_k gives the confidence in [0, 1]:
 
 Cost: K encodings instead of one (K = 4 by default).
 
+An exactly equivariant model (model.equivariance 'c4' or 'd4', train.EquivariantFlowMLP)
+predicts the same flow for every rotated copy by construction, so its views are the
+symmetries it is not built for: the time-reversed copy (complex-conjugated features: every
+offset in t, x and y negated, which is time reversal and a point reflection, so the same
+flow) and, for 'c4', the mirrored copies. Cost: 'd4' one encoding and two MLP passes, 'c4'
+two encodings and four MLP passes.
+
 The mean of the back-rotated flows (mean_flow=True) is itself a better flow than the plain
-prediction: it cancels the model's orientation-dependent bias (measured on the held-out set,
-veckm_r10_tau12ms: 92.6 -> 96.9 %Pos; model card). With the confidence it costs nothing more.
+prediction of a model that is not equivariant: it cancels the model's orientation-dependent
+bias (measured on the held-out set, veckm_r10_tau12ms: 92.6 -> 96.9 %Pos; model card).
+With the confidence it costs nothing more.
 """
 
 from typing import Tuple
@@ -44,24 +52,50 @@ from veckm_flow_ros.model import VecKMFlowModel
 ROTATIONS = (((1, 0), (0, 1)), ((0, -1), (1, 0)), ((-1, 0), (0, -1)), ((0, 1), (-1, 0)))
 
 
+MIRROR = ((-1, 0), (0, 1))
+
+
+def ensemble_views(model: VecKMFlowModel, num_rotations: int = 4):
+    """
+    Return the views of the model's ensemble: a list of (G as a 2x2 tuple, conjugate flag).
+
+    Rotations for a model that is not equivariant; the time-reversed copy (and for 'c4' the
+    mirrored ones) for an equivariant model. num_rotations applies to the rotations only.
+    """
+    if not 1 <= num_rotations <= len(ROTATIONS):
+        raise ValueError(f'num_rotations must be in 1..{len(ROTATIONS)}, got {num_rotations}')
+    identity = ROTATIONS[0]
+    if model.equivariance == 'd4':
+        return [(identity, False), (identity, True)]
+    if model.equivariance == 'c4':
+        return [(identity, False), (MIRROR, False), (identity, True), (MIRROR, True)]
+    return [(matrix, False) for matrix in ROTATIONS[:num_rotations]]
+
+
 def ensemble_flows(model: VecKMFlowModel, t_ns, x, y, target_index, width: int, height: int,
                    num_rotations: int = 4) -> torch.Tensor:
     """
-    Flows of the rotated copies, rotated back: float32 [K, M, 2] in px/s.
+    Flows of the views (ensemble_views), turned back: float32 [K, M, 2] in px/s.
 
     Arguments as for ops.encode (t_ns int64 [N], x, y int32 [N], target_index int64 [M], on
     the model's device). Copy 0 is the plain prediction of the model.
     """
-    if not 1 <= num_rotations <= len(ROTATIONS):
-        raise ValueError(f'num_rotations must be in 1..{len(ROTATIONS)}, got {num_rotations}')
     flows = []
-    for matrix in ROTATIONS[:num_rotations]:
-        g = torch.tensor(matrix, dtype=torch.float32, device=model.freq_x.device)
-        rotated = g.T @ torch.stack([model.freq_x, model.freq_y], 0)
-        features, _ = ops.encode(t_ns, x, y, target_index, width, height, model.freq_t,
-                                 rotated[0].contiguous(), rotated[1].contiguous(),
-                                 model.tau_s, model.pixel_radius)
+    encoded = {}
+    half = model.num_features
+    for matrix, conjugate in ensemble_views(model, num_rotations):
+        if matrix not in encoded:
+            g = torch.tensor(matrix, dtype=torch.float32, device=model.freq_x.device)
+            rotated = g.T @ torch.stack([model.freq_x, model.freq_y], 0)
+            encoded[matrix], _ = ops.encode(t_ns, x, y, target_index, width, height,
+                                            model.freq_t, rotated[0].contiguous(),
+                                            rotated[1].contiguous(), model.tau_s,
+                                            model.pixel_radius)
+        features = encoded[matrix]
+        if conjugate:
+            features = torch.cat([features[:, :half], -features[:, half:]], 1)
         flow = model.predict_flow_px_s(features)
+        g = torch.tensor(matrix, dtype=torch.float32, device=flow.device)
         flows.append(flow @ g)  # G^T applied to each row vector: (G^T n)^T = n^T G
     return torch.stack(flows, 0)
 

@@ -28,6 +28,7 @@ that says what is wrong and where.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -96,6 +97,12 @@ class VecKMFlowModel:
     @property
     def name(self) -> str:
         return str(self.metadata.get('name', 'unnamed'))
+
+    @functools.cached_property
+    def equivariance(self) -> str:
+        """'d4', 'c4' or 'none': the symmetry group the model is exactly equivariant to."""
+        from veckm_flow_ros.symmetry import model_equivariance
+        return model_equivariance(self)
 
     @property
     def hidden_size(self) -> int:

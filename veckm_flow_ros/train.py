@@ -31,9 +31,14 @@ Recipe (DESIGN §2.6), in three cached stages under a work directory:
    generalized-normal-flow loss, uniform batches (weighted_sampling=True draws them with
    inverse-density weights again), AdamW with cosine decay. The state (weights, optimiser,
    epoch) is checkpointed after every epoch; `resume` continues bit-identically.
+   With equivariance 'c4' (the default) or 'd4' the MLP is exactly equivariant to rotations
+   by 90 degrees (and flips): its weights are averaged over the group (EquivariantFlowMLP),
+   on frequencies closed under the group (symmetry.symmetric_frequencies). The saved model is
+   an ordinary MLP of the same shape and cost.
 
-Random frequencies are 5 x the standard-normal quantiles at (k + 0.5) / D, shuffled
-independently for T, X and Y with the seed, and saved with the model. The MLP predicts flow
+Frequencies ('none'): 5 x the standard-normal quantiles at (k + 0.5) / D, shuffled
+independently for T, X and Y with the seed; ('c4', 'd4'): D / |G| orbits of the group, see
+symmetric_frequencies. Saved with the model. The MLP predicts flow
 in units of flow_scale_px_s (60 px/s, one pixel per 1/60 s like the published models, so the
 loss's lambda = 0.1 means the same as in the authors' recipe).
 """
@@ -52,12 +57,9 @@ import torch
 
 from veckm_flow_ros import metrics, simulate
 from veckm_flow_ros.model import save_model, VecKMFlowModel
-
-# The eight symmetries of the square as integer matrices acting on (x, y) image coordinates.
-SQUARE_SYMMETRIES = tuple(
-    np.array(matrix, dtype=np.int64) for matrix in (
-        [[1, 0], [0, 1]], [[0, -1], [1, 0]], [[-1, 0], [0, -1]], [[0, 1], [-1, 0]],
-        [[-1, 0], [0, 1]], [[1, 0], [0, -1]], [[0, 1], [1, 0]], [[0, -1], [-1, 0]]))
+from veckm_flow_ros.symmetry import (  # noqa: F401 - part of this module's interface
+    feature_permutations, SQUARE_SYMMETRIES, symmetric_frequencies, symmetry_group,
+    transformed_frequencies)
 
 
 @dataclass
@@ -78,10 +80,12 @@ class Recipe:
     textures: Tuple[str, ...] = simulate.TRAIN_TEXTURES
     motions: Tuple[str, ...] = simulate.TRAIN_MOTIONS
     # Feature bank.
-    blocks_per_sequence: int = 6
+    # An equivariant model gets the same loss for every rotated copy of a sample, so one
+    # random symmetry per block (flips still teach a 'c4' model) and 4x the blocks instead.
+    blocks_per_sequence: int = 24
     block_s: float = 0.004
     targets_per_block: int = 512
-    augmentations_per_block: int = 4
+    augmentations_per_block: int = 1
     # Background-noise events added as targets with flow label 0, as a share of the signal
     # targets of a block: the loss (norm term only, since u = 0) pulls their flow to zero, so
     # the model does not invent a fixed direction for isolated events (their feature is the
@@ -92,6 +96,11 @@ class Recipe:
     # the model give zero flow on many sparse signal events too (measured: 42 % coverage on
     # held-out gratings).
     noise_loss_weight: float = 1.0
+    # 'c4' or 'd4': frequencies closed under the group's rotations (and flips), so a rotated
+    # or flipped event cloud has permuted features, and an MLP whose weights are averaged over
+    # the group (exactly equivariant: rotating the neighbourhood rotates the flow). The trained
+    # weights are an ordinary MLP; inference costs the same. 'none': independent frequencies.
+    equivariance: str = 'c4'
     # Optimisation.
     epochs: int = 30
     batch_size: int = 1024
@@ -109,9 +118,9 @@ class Recipe:
 
 
 # The defaults are the quick recipe (minutes per model). The full one made the shipped r10
-# model: about 13 min of one CPU core for the feature bank and the MLP, plus about 6 min once
-# to simulate the 800 sequences (cached in the work directory). 1600 sequences measured no
-# better for r10; the shipped r8 used them with 800 batches per epoch (model card).
+# model: about 14 min of one CPU core for the feature bank and the MLP, plus about 6 min once
+# to simulate the 800 sequences (cached in the work directory). The shipped r8 used 1600
+# sequences and 800 batches per epoch (model card).
 FULL_RECIPE = {'num_sequences': 800, 'epochs': 100, 'batches_per_epoch': 600}
 
 
@@ -126,19 +135,6 @@ def standard_frequencies(num_features: int, seed: int):
     generator = torch.Generator().manual_seed(int(seed))
     return tuple(quantiles[torch.randperm(num_features, generator=generator)].to(torch.float32)
                  for _ in range(3))
-
-
-def transformed_frequencies(freq_x, freq_y, symmetry):
-    """
-    Frequencies that encode the events transformed by `symmetry` (2x2 integer matrix G).
-
-    The phase (G d) . (X, Y) equals d . (G^T (X, Y)), so encoding the original events with
-    G^T (X, Y) gives the features of the transformed events exactly.
-    """
-    g = torch.as_tensor(symmetry, dtype=torch.float32)
-    stacked = torch.stack([freq_x, freq_y], 0)  # (2, D)
-    rotated = g.T @ stacked
-    return rotated[0].contiguous(), rotated[1].contiguous()
 
 
 def generalized_normal_flow_loss(pred, gt, loss_lambda=0.1):
@@ -306,6 +302,98 @@ class FlowMLP(torch.nn.Module):
                      for layer in (self.layer1, self.layer2, self.layer3))
 
 
+class EquivariantFlowMLP(FlowMLP):
+    """
+    FlowMLP whose weights are averaged over a symmetry group: exactly equivariant.
+
+    With frequencies closed under the group (symmetric_frequencies), transforming the events
+    by G permutes the input features (feature_permutations); the hidden layers carry the
+    regular representation (H / |G| channels x |G| group elements, G acting by
+    (c, h) -> (c, G h)); the output flow turns by G. Each layer's weight is
+    W_sym = mean_g rho_out(g)^-1 W rho_in(g), which commutes with the group, and ReLU commutes
+    with permutations, so f(features of G d) = G f(features of d). weights() returns the
+    averaged weights: an ordinary MLP of the same shape.
+    """
+
+    def __init__(self, input_size, hidden_size, group, input_permutations):
+        super().__init__(input_size, hidden_size)
+        size = len(group)
+        if hidden_size % size:
+            raise ValueError(f'hidden_size = {hidden_size} is not a multiple of the group '
+                             f'size {size}')
+        matrices = [np.asarray(g, np.int64) for g in group]
+        index = {m.tobytes(): i for i, m in enumerate(matrices)}
+        inverse_of = [index[np.round(np.linalg.inv(m)).astype(np.int64).tobytes()]
+                      for m in matrices]
+        half = input_size // 2
+        # (rho y)[k] = y[sigma[k]] for every representation below; rho(g)^-1 = rho(g^-1).
+        sigma_in = [np.concatenate([p, p + half]) for p in input_permutations]
+        channels = hidden_size // size
+        sigma_hidden = []
+        for g in range(size):
+            moved = [index[(matrices[inverse_of[g]] @ matrices[h]).tobytes()]
+                     for h in range(size)]
+            sigma_hidden.append((np.arange(channels)[:, None] * size
+                                 + np.asarray(moved)[None, :]).reshape(-1))
+
+        def column_index(sigma):
+            # (W rho(g))[:, j] = W[:, sigma^-1[j]].
+            return torch.from_numpy(np.argsort(np.stack(sigma)))
+
+        self.register_buffer('in_columns', column_index(sigma_in), persistent=False)
+        self.register_buffer('hidden_columns', column_index(sigma_hidden), persistent=False)
+        self.register_buffer('hidden_rows', torch.from_numpy(
+            np.stack([sigma_hidden[inverse_of[g]] for g in range(size)])), persistent=False)
+        self.register_buffer('output_turn', torch.from_numpy(
+            np.stack([m.T for m in matrices]).astype(np.float32)), persistent=False)
+        with torch.no_grad():
+            # Averaging |G| permuted copies shrinks random weights by about sqrt(|G|).
+            for layer in (self.layer1, self.layer2, self.layer3):
+                layer.weight.mul_(math.sqrt(size))
+
+    def averaged_weights(self):
+        """Return the group-averaged (W1, W2, W3) in torch.nn.Linear layout (out, in)."""
+        w1 = self.layer1.weight
+        w2 = self.layer2.weight
+        w3 = self.layer3.weight
+        size = len(self.in_columns)
+        w1_sym = sum(w1[self.hidden_rows[g]][:, self.in_columns[g]] for g in range(size))
+        w2_sym = sum(w2[self.hidden_rows[g]][:, self.hidden_columns[g]] for g in range(size))
+        w3_sym = sum(self.output_turn[g] @ w3[:, self.hidden_columns[g]] for g in range(size))
+        return w1_sym / size, w2_sym / size, w3_sym / size
+
+    def forward(self, features):
+        w1, w2, w3 = self.averaged_weights()
+        hidden = torch.relu(features @ w1.T)
+        hidden = torch.relu(hidden @ w2.T)
+        return hidden @ w3.T
+
+    def weights(self):
+        """Return the averaged (w1 [2D, H], w2 [H, H], w3 [H, 2]) for VecKMFlowModel."""
+        with torch.no_grad():
+            return tuple(w.T.contiguous().clone() for w in self.averaged_weights())
+
+
+def make_mlp(recipe: Recipe, input_size: int, freq=None):
+    """Return the recipe's MLP: FlowMLP, or EquivariantFlowMLP when recipe.equivariance is set."""
+    if recipe.equivariance == 'none':
+        return FlowMLP(input_size, recipe.hidden_size)
+    group = symmetry_group(recipe.equivariance)
+    if freq is None:
+        freq = symmetric_frequencies(recipe.num_features, recipe.seed, recipe.equivariance)
+    permutations = feature_permutations(freq, group)
+    if permutations is None:
+        raise ValueError(f'the frequencies are not closed under {recipe.equivariance}')
+    return EquivariantFlowMLP(input_size, recipe.hidden_size, group, permutations)
+
+
+def recipe_frequencies(recipe: Recipe):
+    """Return the frequencies T, X, Y a recipe trains with."""
+    if recipe.equivariance == 'none':
+        return standard_frequencies(recipe.num_features, recipe.seed)
+    return symmetric_frequencies(recipe.num_features, recipe.seed, recipe.equivariance)
+
+
 def _batch_loss(pred, gt, recipe: Recipe):
     """Loss of a batch: signal rows by the §2.6 loss, zero-flow (noise) rows pulled to 0."""
     is_noise = ~torch.any(gt != 0, dim=1)
@@ -346,7 +434,7 @@ def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resu
     stop_after_epoch: return after that epoch (an interrupted run, for tests).
     """
     torch.manual_seed(recipe.seed)
-    mlp = FlowMLP(features.shape[1], recipe.hidden_size)
+    mlp = make_mlp(recipe, features.shape[1])
     optimizer = torch.optim.AdamW(mlp.parameters(), lr=recipe.learning_rate,
                                   weight_decay=recipe.weight_decay)
     total_steps = recipe.epochs * recipe.batches_per_epoch
@@ -439,12 +527,15 @@ def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
     work_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     torch.manual_seed(recipe.seed)
-    freq = standard_frequencies(recipe.num_features, recipe.seed)
+    freq = recipe_frequencies(recipe)
+    # The bank depends on the data and encoding fields only ('equivariance' changes the
+    # frequencies; left out when 'none' so earlier banks keep their names).
     key = json.dumps({k: v for k, v in recipe.to_json().items()
                       if k not in ('epochs', 'batch_size', 'batches_per_epoch',
                                    'learning_rate', 'loss_lambda', 'validation_fraction',
                                    'hidden_size', 'weight_decay', 'weighted_sampling',
-                                   'noise_loss_weight')},
+                                   'noise_loss_weight')
+                      and not (k == 'equivariance' and v == 'none')},
                      sort_keys=True)
     tag = f'r{recipe.pixel_radius}_tau{recipe.tau_s * 1e3:g}ms_{abs(hash_text(key)):016x}'
     bank_path = work_dir / f'bank_{tag}.npz'

@@ -36,6 +36,12 @@ def register(subparsers):
     parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
     parser.add_argument('--num-sequences', type=int, default=None,
                         help='override the number of simulated training sequences')
+    parser.add_argument('--batches-per-epoch', type=int, default=None,
+                        help='override the batches per epoch')
+    parser.add_argument('--equivariance', choices=('c4', 'd4', 'none'), default=None,
+                        help='c4 (default): exactly equivariant to rotations by 90 degrees '
+                             '(frequencies in orbits, MLP weights averaged over the group); '
+                             'd4: also to flips; none: a plain MLP on independent frequencies')
     parser.add_argument('--noise-target-fraction', type=float, default=None,
                         help='background-noise targets (trained towards zero flow) per '
                              'signal target (default: the recipe value)')
@@ -67,6 +73,15 @@ def run(args):
         overrides['epochs'] = args.epochs
     if args.num_sequences is not None:
         overrides['num_sequences'] = args.num_sequences
+    if args.batches_per_epoch is not None:
+        if args.batches_per_epoch < 1:
+            raise ValueError(f'--batches-per-epoch must be >= 1, got {args.batches_per_epoch}')
+        overrides['batches_per_epoch'] = args.batches_per_epoch
+    if args.equivariance is not None:
+        overrides['equivariance'] = args.equivariance
+        if args.equivariance == 'none':
+            # A plain MLP learns the symmetries from augmented copies instead.
+            overrides.update(blocks_per_sequence=6, augmentations_per_block=4)
     if args.noise_target_fraction is not None:
         if not 0 <= args.noise_target_fraction <= 1:
             raise ValueError('--noise-target-fraction must be in [0, 1], got '
