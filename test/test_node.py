@@ -250,6 +250,22 @@ def test_raw_event_packet_parsing_matches_rclpy():
         flow_node.parse_event_packet_cdr(b'\x00\x01\x00\x00' + b'\xff' * 12)
 
 
+def test_serialized_flow_cloud_is_the_pointcloud2_message():
+    from rclpy.serialization import deserialize_message
+    from veckm_flow_ros.flow_cloud import flow_point_dtype
+    rng = np.random.default_rng(3)
+    for with_confidence in (False, True):
+        for count in (0, 1, 5, 1001):
+            for frame_id in ('', 'cam', 'camera_optical', 'a' * 17):
+                points = np.zeros(count, flow_point_dtype(with_confidence))
+                for name in points.dtype.names:
+                    points[name] = rng.normal(size=count)
+                stamp_ns = 1_700_000_000_123_456_789 + count
+                raw = flow_node.pointcloud2_cdr(points, stamp_ns, frame_id)
+                expected = flow_node.pointcloud2_message(points, stamp_ns, frame_id)
+                assert deserialize_message(raw, PointCloud2) == expected
+
+
 def test_image_message_layout():
     bgr = np.zeros((4, 5, 3), np.uint8)
     bgr[1, 2] = (10, 20, 30)

@@ -63,7 +63,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -359,6 +359,50 @@ def parse_event_packet_cdr(raw: bytes) -> dict:
     return {'stamp_ns': sec * 1_000_000_000 + nanosec, 'frame_id': frame_id,
             'height': height, 'width': width, 'seq': seq, 'time_base': time_base,
             'encoding': encoding, 'events': body[start:start + size]}
+
+
+def _cdr_string_bytes(text: str, offset: int) -> Tuple[bytes, int]:
+    """CDR string at offset (padding to 4 first, uint32 length incl. NUL, bytes, NUL)."""
+    data = text.encode('utf-8') + b'\0'
+    padding = -offset % 4
+    encoded = b'\0' * padding + struct.pack('<I', len(data)) + data
+    return encoded, offset + len(encoded)
+
+
+def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
+    """
+    Serialize the ~/flow PointCloud2 (little-endian XCDR1), ready for publish(bytes).
+
+    Same message as pointcloud2_message, without building a Python message that rclpy
+    converts field by field, and with the point data copied once.
+    """
+    layout = pointcloud2_fields(points)
+    t_ns = max(int(stamp_ns), 0)
+    parts = [struct.pack('<iI', t_ns // 1_000_000_000, t_ns % 1_000_000_000)]
+    offset = 8  # alignment counts from after the 4-byte encapsulation header
+    encoded, offset = _cdr_string_bytes(frame_id, offset)
+    parts.append(encoded)
+    pad = -offset % 4
+    parts.append(b'\0' * pad + struct.pack(
+        '<III', layout['height'], layout['width'], len(layout['fields'])))
+    offset += pad + 12
+    for name, field_offset, datatype, count in layout['fields']:
+        encoded, offset = _cdr_string_bytes(name, offset)
+        pad = -offset % 4
+        parts.append(encoded + b'\0' * pad + struct.pack('<IB', field_offset, datatype))
+        offset += pad + 5
+        pad = -offset % 4
+        parts.append(b'\0' * pad + struct.pack('<I', count))
+        offset += pad + 4
+    parts.append(struct.pack('<?', layout['is_bigendian']))
+    offset += 1
+    pad = -offset % 4
+    data = memoryview(np.ascontiguousarray(points)).cast('B')  # joined below: one copy
+    parts.append(b'\0' * pad + struct.pack(
+        '<III', layout['point_step'], layout['row_step'], len(data)))
+    parts.append(data)
+    parts.append(struct.pack('<?', layout['is_dense']))
+    return b'\x00\x01\x00\x00' + b''.join(parts)
 
 
 def stamp_from_ns(t_ns: int) -> TimeMsg:
@@ -823,7 +867,7 @@ class VecKMFlowNode(Node):
         if t_stamp_ns is None:
             return
         stamp_ns = t_stamp_ns + offset_ns
-        self.flow_pub.publish(pointcloud2_message(points, stamp_ns, self._frame_id))
+        self.flow_pub.publish(pointcloud2_cdr(points, stamp_ns, self._frame_id))
         now_ns = self.get_clock().now().nanoseconds
         self.stats.add(flows=len(points), blocks=1)
         self.stats.add_latency_ms((now_ns - stamp_ns) * 1e-6)
