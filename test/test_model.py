@@ -171,3 +171,43 @@ def test_model_to_device_keeps_values():
     assert same is model
     copy = dataclasses.replace(model)
     assert torch.equal(copy.w2, model.w2)
+
+
+def _c4_model(seed=0):
+    from veckm_flow_ros import train
+    recipe = train.Recipe(equivariance='c4', seed=seed)
+    freq = train.recipe_frequencies(recipe)
+    torch.manual_seed(seed)
+    w1, w2, w3 = train.make_mlp(recipe, 128, freq).weights()
+    return VecKMFlowModel(num_features=64, pixel_radius=8, tau_s=0.016, freq_t=freq[0],
+                          freq_x=freq[1], freq_y=freq[2], w1=w1, w2=w2, w3=w3,
+                          flow_scale_px_s=60.0, metadata={'name': 'c4'})
+
+
+@pytest.mark.parametrize('rows', [0, 1, 23, 24, 25, 1000])
+def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
+    from veckm_flow_ros import ops
+    if not ops.has_flow_mlp_c4():
+        pytest.skip('flow_mlp_c4 needs x86-64 with AVX2 and FMA')
+    for model in (_c4_model(0), _c4_model(1), load_model('veckm_r10_tau12ms'),
+                  load_model('veckm_r8_tau16ms')):
+        assert model.equivariance == 'c4' and model.c4_fourier_blocks is not None
+        features = torch.randn(rows, 128, generator=torch.Generator().manual_seed(rows))
+        dense = ops.flow_mlp(features, model.w1, model.w2, model.w3, 60.0)
+        fast = model.predict_flow_px_s(features)
+        scale = float(dense.abs().max()) if rows else 1.0
+        torch.testing.assert_close(fast, dense, rtol=0, atol=2e-5 * scale + 1e-6)
+
+
+def test_c4_fourier_form_only_for_models_it_reproduces():
+    from veckm_flow_ros import ops
+    model = _c4_model()
+    # Not equivariant any more: the dense kernel.
+    broken = dataclasses.replace(model, w2=model.w2 + 0.01 * torch.randn(model.w2.shape))
+    assert broken.equivariance == 'none' and broken.c4_fourier_blocks is None
+    blocks, groups = model.c4_fourier_blocks
+    with pytest.raises(RuntimeError, match='block 2 must be float32'):
+        ops.flow_mlp_c4(torch.zeros(3, 128), blocks[:2] + [blocks[0]] + blocks[3:],
+                        model.w3, groups)
+    with pytest.raises(RuntimeError, match='do not fit'):
+        ops.flow_mlp_c4(torch.zeros(3, 64), blocks, model.w3, groups)

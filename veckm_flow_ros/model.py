@@ -155,7 +155,26 @@ class VecKMFlowModel:
         image axes (x right, y down).
         """
         from veckm_flow_ros import ops
+        if features.device.type == 'cpu' and self.c4_fourier_blocks is not None:
+            blocks, groups = self.c4_fourier_blocks
+            return ops.flow_mlp_c4(features, blocks, self.w3, groups, self.flow_scale_px_s)
         return ops.flow_mlp(features, self.w1, self.w2, self.w3, self.flow_scale_px_s)
+
+    @functools.cached_property
+    def c4_fourier_blocks(self):
+        """
+        Return the C4 Fourier form of the MLP (symmetry.c4_fourier_blocks), or None.
+
+        Used on the CPU for 'c4' models: the same flows with 6/16 of the multiply-adds.
+        VECKM_FLOW_MLP=dense (or =blas) in the environment keeps the dense kernel.
+        """
+        if os.environ.get('VECKM_FLOW_MLP') in ('dense', 'blas'):
+            return None
+        from veckm_flow_ros import ops
+        if not ops.has_flow_mlp_c4():
+            return None
+        from veckm_flow_ros.symmetry import c4_fourier_blocks
+        return c4_fourier_blocks(self)
 
 
 def _check_shape(where, name, tensor, expected):

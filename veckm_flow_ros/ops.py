@@ -69,6 +69,34 @@ def flow_mlp(features: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: tor
     return torch.ops.veckm_flow.flow_mlp.default(features, w1, w2, w3, float(flow_scale))
 
 
+def flow_mlp_c4(features: torch.Tensor, blocks, w3: torch.Tensor, input_groups: int,
+                flow_scale: float = 1.0) -> torch.Tensor:
+    """
+    Run a C4-equivariant flow MLP in its Fourier form (CPU with AVX2 and FMA only).
+
+    blocks, input_groups: from symmetry.c4_fourier_blocks(model); features, w3 and the result
+    as for flow_mlp (the same flows as the dense weights, up to float32 rounding).
+    """
+    return torch.ops.veckm_flow.flow_mlp_c4.default(features, list(blocks), w3,
+                                                    int(input_groups), float(flow_scale))
+
+
+def has_flow_mlp_c4() -> bool:
+    """Whether this CPU runs flow_mlp_c4 (x86-64 with AVX2 and FMA)."""
+    global _HAS_FLOW_MLP_C4
+    if _HAS_FLOW_MLP_C4 is None:
+        try:
+            blocks = [torch.zeros(n, n) for n in (16, 16, 32, 16, 16, 32)]
+            flow_mlp_c4(torch.zeros(1, 64), blocks, torch.zeros(64, 2), 2)
+            _HAS_FLOW_MLP_C4 = True
+        except RuntimeError:
+            _HAS_FLOW_MLP_C4 = False
+    return _HAS_FLOW_MLP_C4
+
+
+_HAS_FLOW_MLP_C4 = None
+
+
 @torch.library.register_fake('veckm_flow::encode')
 def _encode_fake(t_ns, x, y, target_index, width, height, freq_t, freq_x, freq_y, tau_s,
                  pixel_radius):
@@ -83,4 +111,10 @@ def _encode_fake(t_ns, x, y, target_index, width, height, freq_t, freq_x, freq_y
 @torch.library.register_fake('veckm_flow::flow_mlp')
 def _flow_mlp_fake(features, w1, w2, w3, flow_scale):
     torch._check(features.dim() == 2 and features.shape[1] == w1.shape[0])
+    return features.new_empty((features.shape[0], 2))
+
+
+@torch.library.register_fake('veckm_flow::flow_mlp_c4')
+def _flow_mlp_c4_fake(features, blocks, w3, input_groups, flow_scale):
+    torch._check(features.dim() == 2 and features.shape[1] == 4 * blocks[0].shape[0])
     return features.new_empty((features.shape[0], 2))

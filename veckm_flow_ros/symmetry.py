@@ -49,10 +49,12 @@ def symmetric_frequencies(num_features: int, seed: int, group_name: str):
     """
     Return T, X, Y float32 [D]: D / |G| orbits of the group acting on (X, Y), T per orbit.
 
-    Feature k = o * |G| + h has frequency (T_o, G_h^T (X_o, Y_o)). The base frequencies are
-    stratified like standard_frequencies: T_o at the normal quantiles, the radius of (X_o, Y_o)
-    at the Rayleigh quantiles (the radius of a 2-D normal) and its angle spread over the
-    group's fundamental sector, each shuffled by the seed; standard deviation 5 per axis.
+    Feature k = h * (D / |G|) + o has frequency (T_o, G_h^T (X_o, Y_o)): group-element major,
+    so each element's features are contiguous (the layout flow_mlp_c4 reads). The base
+    frequencies are stratified like standard_frequencies: T_o at the normal quantiles, the
+    radius of (X_o, Y_o) at the Rayleigh quantiles (the radius of a 2-D normal) and its angle
+    spread over the group's fundamental sector, each shuffled by the seed; standard deviation
+    5 per axis.
     """
     group = symmetry_group(group_name)
     size = len(group)
@@ -70,8 +72,8 @@ def symmetric_frequencies(num_features: int, seed: int, group_name: str):
     angle = sector * probabilities[torch.randperm(orbits, generator=generator)]
     base = torch.stack([radius * torch.cos(angle), radius * torch.sin(angle)], 0)  # (2, O)
     orbit_xy = torch.stack([torch.as_tensor(g, dtype=torch.float64).T @ base
-                            for g in group], 2)  # (2, O, |G|)
-    return (freq_t.repeat_interleave(size).to(torch.float32),
+                            for g in group], 1)  # (2, |G|, O)
+    return (freq_t.repeat(size).to(torch.float32),
             orbit_xy[0].reshape(-1).to(torch.float32),
             orbit_xy[1].reshape(-1).to(torch.float32))
 
@@ -146,3 +148,60 @@ def model_equivariance(model) -> str:
         if equivariant:
             return name
     return 'none'
+
+
+def _c4_forward_matrix(channels: int, groups: int) -> np.ndarray:
+    """
+    Matrix F (n x n, n = 4 channels) with z = x F: flow_mlp_c4's forward transform.
+
+    x: `groups` blocks of 4 planes (one per rotation, element-major) of channels / groups
+    channels each; z = [z0 | z2 | zc | zs], each `channels` wide (group g's channels at g * w).
+    """
+    n = 4 * channels
+    width = channels // groups
+    matrix = np.zeros((n, n))
+    for g in range(groups):
+        for c in range(width):
+            plane = [g * 4 * width + h * width + c for h in range(4)]
+            column = [m * channels + g * width + c for m in range(4)]
+            for h in range(4):
+                matrix[plane[h], column[0]] = 1.0
+                matrix[plane[h], column[1]] = (1.0, -1.0, 1.0, -1.0)[h]
+            matrix[plane[0], column[2]], matrix[plane[2], column[2]] = 1.0, -1.0
+            matrix[plane[1], column[3]], matrix[plane[3], column[3]] = 1.0, -1.0
+    return matrix
+
+
+def c4_fourier_blocks(model):
+    """
+    Return the arguments of ops.flow_mlp_c4 for a 'c4' model, or None where it does not apply.
+
+    (blocks [m1_0, m1_2, m1_pair, m2_0, m2_2, m2_pair], input_groups): each layer of an
+    exactly C4-equivariant MLP, written in the group's Fourier basis, only maps each component
+    to itself (6 C^2 instead of 16 C^2 multiply-adds). Needs the element-major layouts that
+    symmetric_frequencies and train.EquivariantFlowMLP produce (checked: the blocks must
+    reproduce the dense weights, else None).
+    """
+    if model.equivariance != 'c4':
+        return None
+    in_size, hidden = model.w1.shape
+    if in_size % 32 or hidden % 64:
+        return None
+    c_in, c_out = in_size // 4, hidden // 4
+    forward_in, forward_hidden = _c4_forward_matrix(c_in, 2), _c4_forward_matrix(c_out, 1)
+    # The kernel's inverse (p0 = y0 + y2 + yc, p1 = y0 - y2 + ys, p2 = y0 + y2 - yc,
+    # p3 = y0 - y2 - ys; the scales are folded into the blocks) is F^T.
+    inverse_hidden = forward_hidden.T
+    blocks = []
+    for weight, forward, c_i in ((model.w1, forward_in, c_in), (model.w2, forward_hidden, c_out)):
+        dense = weight.detach().cpu().double().numpy()
+        full = np.linalg.solve(forward, dense) @ np.linalg.inv(inverse_hidden)
+        parts = (full[:c_i, :c_out], full[c_i:2 * c_i, c_out:2 * c_out],
+                 full[2 * c_i:, 2 * c_out:])
+        kept = np.zeros_like(full)
+        kept[:c_i, :c_out], kept[c_i:2 * c_i, c_out:2 * c_out] = parts[0], parts[1]
+        kept[2 * c_i:, 2 * c_out:] = parts[2]
+        if np.abs(full - kept).max() > 1e-5 * (np.abs(full).max() + 1e-30):
+            return None
+        blocks += [torch.from_numpy(np.ascontiguousarray(p)).to(torch.float32) for p in parts]
+    return blocks, 2

@@ -306,13 +306,13 @@ class EquivariantFlowMLP(FlowMLP):
     """
     FlowMLP whose weights are averaged over a symmetry group: exactly equivariant.
 
-    With frequencies closed under the group (symmetric_frequencies), transforming the events
-    by G permutes the input features (feature_permutations); the hidden layers carry the
-    regular representation (H / |G| channels x |G| group elements, G acting by
-    (c, h) -> (c, G h)); the output flow turns by G. Each layer's weight is
-    W_sym = mean_g rho_out(g)^-1 W rho_in(g), which commutes with the group, and ReLU commutes
-    with permutations, so f(features of G d) = G f(features of d). weights() returns the
-    averaged weights: an ordinary MLP of the same shape.
+    With frequencies closed under the group (symmetric_frequencies), transforming the events by
+    G permutes the input features (feature_permutations); the hidden layers carry the regular
+    representation (H / |G| channels x |G| group elements, G acting by (c, h) -> (c, G h), unit
+    (c, h) stored at h * H / |G| + c); the output flow turns by G. Each layer's weight is W_sym
+    = mean_g rho_out(g)^-1 W rho_in(g), which commutes with the group, and ReLU commutes with
+    permutations, so f(features of G d) = G f(features of d). weights() returns the averaged
+    weights: an ordinary MLP of the same shape.
     """
 
     def __init__(self, input_size, hidden_size, group, input_permutations):
@@ -333,8 +333,8 @@ class EquivariantFlowMLP(FlowMLP):
         for g in range(size):
             moved = [index[(matrices[inverse_of[g]] @ matrices[h]).tobytes()]
                      for h in range(size)]
-            sigma_hidden.append((np.arange(channels)[:, None] * size
-                                 + np.asarray(moved)[None, :]).reshape(-1))
+            sigma_hidden.append((np.asarray(moved)[:, None] * channels
+                                 + np.arange(channels)[None, :]).reshape(-1))
 
         def column_index(sigma):
             # (W rho(g))[:, j] = W[:, sigma^-1[j]].
