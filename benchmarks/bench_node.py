@@ -329,7 +329,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         while not probe.records and publisher.poll() is None:
             time.sleep(0.01)
         if args.py_spy:  # sample the node's Python threads during the replay
-            subprocess.Popen([args.py_spy, 'record', '-r', '250', '-t', '-f', 'raw',
+            subprocess.Popen([args.py_spy, 'record', '-r', '250', '-t', '--idle', '-f', 'raw',
                               '-d', str(int(args.wall_s)), '-o',
                               f'{args.profile_prefix}_{config_name}_{speed:g}x.txt', '--pid',
                               str(node.pid)], stdout=subprocess.DEVNULL)

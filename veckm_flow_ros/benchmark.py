@@ -24,7 +24,9 @@ shared machine the wall time also counts waiting), and the peak memory of the ru
 to the Algorithm-1 baseline (wall) is measured in the same run. CUDA rows are timed with CUDA
 events on the current stream (inputs resident on the GPU, no host transfers) and, in a second
 figure, including the transfers a caller pays: events copied from host memory to the GPU and
-the flows copied back.
+the flows copied back. On a CPU with AVX2 a 'cpu-c4' row runs the same encoding and the
+C4-equivariant MLP of the shipped default model in its Fourier form (ops.flow_mlp_c4), so its
+ratio to the 'cpu' row (dense MLP kernel) is measured in the same run too.
 Only torch and numpy are needed (no ROS), so it runs on GPU machines without ROS wheels.
 """
 
@@ -104,6 +106,23 @@ def random_model_tensors(d: int = 64, hidden: int = 128, seed: int = 0):
     return freqs, weights
 
 
+def _c4_mlp():
+    """
+    MLP of the shipped default model in its C4 Fourier form (ops.flow_mlp_c4), or None.
+
+    The 'cpu-c4' rows: the same encoding, then the C4-equivariant MLP of the same shape run
+    with 6/16 of the dense multiply-adds (the default CPU path for our c4 models).
+    """
+    from veckm_flow_ros.model import load_model
+    if not ops.has_flow_mlp_c4():
+        return None
+    model = load_model()
+    if model.c4_fourier_blocks is None:
+        return None
+    blocks, groups = model.c4_fourier_blocks
+    return lambda features: ops.flow_mlp_c4(features, blocks, model.w3, groups, 60.0)
+
+
 def _targets(num_events, num_targets):
     if num_targets is None:
         return np.arange(num_events, dtype=np.int64)
@@ -156,6 +175,7 @@ def run_benchmark(devices=('cpu',), radii=RADII, workloads=tuple(WORKLOADS),
     workload would take minutes) and reported as flows/s.
     """
     (freq_t, freq_x, freq_y), (w1, w2, w3) = random_model_tensors()
+    c4_mlp = _c4_mlp()
     rows = []
     for workload in workloads:
         num_events, num_targets = WORKLOADS[workload]
@@ -164,6 +184,8 @@ def run_benchmark(devices=('cpu',), radii=RADII, workloads=tuple(WORKLOADS),
         for radius in radii:
             impls = [('algorithm1', torch.device('cpu'))]
             impls += [(torch.device(device).type, torch.device(device)) for device in devices]
+            if c4_mlp is not None and 'cpu' in [torch.device(d).type for d in devices]:
+                impls.append(('cpu-c4', torch.device('cpu')))
             for impl, device in impls:
                 if progress:
                     progress(f'{impl} r={radius} {workload}')
@@ -181,6 +203,8 @@ def run_benchmark(devices=('cpu',), radii=RADII, workloads=tuple(WORKLOADS),
                     encode = reference.encode_algorithm1 if impl == 'algorithm1' else ops.encode
                     features, _ = encode(*inputs, target_index, WIDTH, HEIGHT, *model[:3],
                                          TAU_S, radius)
+                    if impl == 'cpu-c4':
+                        return c4_mlp(features)
                     return ops.flow_mlp(features, *model[3:], 60.0)
 
                 with_transfers = math.nan
