@@ -168,12 +168,13 @@ PARAMETERS = (
                   '~/flow_image [px/s]; 0 = automatic (a round number above the 95th '
                   'percentile of the shown speeds).', (0.0, 1.0e6)),
     ParameterSpec('publish_confidence', False, 'Add a float32 confidence field [0..1] to '
-                  '~/flow (agreement of a 4-rotation ensemble: ~4x the encoding cost).',
+                  '~/flow (agreement of an ensemble of views: mirrored and time-reversed copies '
+                  'for rotation-equivariant models, 4 rotations for others; 2-4x the encoding '
+                  'cost).', read_only=True),
+    ParameterSpec('rotation_mean_flow', False, "Publish the mean of the ensemble's flows "
+                  '(turned back) instead of the plain prediction (held-out %Pos 96.1 vs 95.4 '
+                  'for the default model; cost shared with publish_confidence).',
                   read_only=True),
-    ParameterSpec('rotation_mean_flow', False, "Publish the mean of a 4-rotation ensemble's "
-                  'back-rotated flows instead of the plain prediction (held-out %Pos 96.9 vs '
-                  '92.6 for the default model; ~4x the encoding cost, shared with '
-                  'publish_confidence).', read_only=True),
     ParameterSpec('diagnostics_period_s', 1.0, 'Period of /diagnostics and of the status log '
                   'line [s].', (0.1, 60.0), read_only=True),
 )

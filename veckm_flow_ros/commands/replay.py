@@ -61,7 +61,7 @@ def register(subparsers):
                         help='add a per-flow confidence [0..1] (rotation ensemble, ~4x the '
                              'cost) to the npz and the ~/flow PointCloud2')
     parser.add_argument('--rotation-mean', action='store_true',
-                        help='flows = mean of the 4-rotation ensemble (more accurate, ~4x the '
+                        help='flows = mean of the confidence ensemble (more accurate, 2-4x the '
                              "cost; the node's rotation_mean_flow)")
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
