@@ -65,8 +65,9 @@ python3 -c 'import torch, veckm_flow_ros.ops; print(torch.ops.veckm_flow.encode.
 print("CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key("veckm_flow::encode", "CUDA"))'
 
 step tests
-timeout 150 python3 -m pytest -q -p no:cacheprovider --maxfail=10 test/test_encode_ops.py test/test_cuda.py \
-  test/test_estimator.py 2>&1 | tee "$OUT/tests.log" | tail -25
+timeout 200 python3 -m pytest -q -p no:cacheprovider --maxfail=10 --continue-on-collection-errors \
+  test/test_encode_ops.py test/test_cuda.py test/test_estimator.py test/test_model.py \
+  test/test_confidence.py 2>&1 | tee "$OUT/tests.log" | tail -25
 
 step bench
 timeout 120 python3 -m veckm_flow_ros.cli bench --device cuda --repeats 10 2>&1 | tee "$OUT/bench.txt"
