@@ -50,6 +50,9 @@ def test_agreement_known_values():
     assert float(confidence.agreement(lengths)[0]) == pytest.approx(np.exp(-0.5), rel=1e-5)
     zero = torch.tensor([[[0.0, 0.0]], [[1.0, 0.0]]])
     assert float(confidence.agreement(zero)[0]) == 0.0
+    # Rounding noise of a zero answer is no direction either.
+    noise = torch.tensor([[[1e-8, 0.0]], [[1e-8, 1e-9]]])
+    assert float(confidence.agreement(noise)[0]) == 0.0
 
 
 def test_plain_flow_is_unchanged_and_confidence_in_range(small_sequence):

@@ -48,6 +48,8 @@ import torch
 from veckm_flow_ros import ops
 from veckm_flow_ros.model import VecKMFlowModel
 
+# Flows slower than this [px/s] count as no motion (no direction) in agreement().
+ZERO_FLOW_PX_S = 1e-3
 # Rotations by 0, 90, 180, 270 degrees in image coordinates (x right, y down).
 ROTATIONS = (((1, 0), (0, 1)), ((0, -1), (1, 0)), ((-1, 0), (0, -1)), ((0, 1), (-1, 0)))
 
@@ -108,8 +110,12 @@ def agreement(flows: torch.Tensor) -> torch.Tensor:
     mean_norm = norm.mean(0)
     spread = norm.std(0, unbiased=False) / mean_norm.clamp(min=1e-12)
     confidence = direction * torch.exp(-spread)
-    # A zero flow in any copy has no direction: no confidence.
-    confidence = torch.where((norm > 0).all(0), confidence, torch.zeros_like(confidence))
+    # A zero flow in any copy has no direction: no confidence. "Zero" includes float rounding
+    # noise: an equivariant model answers a symmetric neighbourhood (an isolated event) with
+    # exactly zero in exact arithmetic, and with ~1e-8 px/s in float, in device-dependent
+    # directions.
+    confidence = torch.where((norm > ZERO_FLOW_PX_S).all(0), confidence,
+                             torch.zeros_like(confidence))
     return confidence.clamp(0.0, 1.0).to(torch.float32)
 
 
