@@ -259,6 +259,9 @@ class NormalFlowEstimator:
         self.rotation_mean = bool(rotation_mean)
         self.device = _check_device(device)
         self.model = model.to(self.device)
+        if self.device.type == 'cpu':
+            # Decide the MLP form now (numeric checks, ~30 ms once), not on the first block.
+            _ = self.model.c4_fourier_blocks
         self.tau_ns = int(round(model.tau_s * 1e9))
         self.reset()
         self.events_in = 0

@@ -610,6 +610,9 @@ class VecKMFlowNode(Node):
         self.model_name = config['model'] or '(default shipped model)'
         self.model = load_model(config['model'] or None)
         check_model_fits(self.model, config)
+        if device == 'cpu':
+            # Decide the MLP form at start-up (numeric checks, ~30 ms), not on the first block.
+            _ = self.model.c4_fourier_blocks
         self.decoder = PacketDecoder()
         self.timesync = TimeSync()
         # Counted on arrival, so that the node's own queue drops are not mistaken for losses.
