@@ -46,6 +46,14 @@ def tiny_bank():
     return freq, train.build_feature_bank(TINY, freq, log=lambda message: None)
 
 
+def _bank_losses(mlps, features, flow, recipe):
+    """Return the §2.6 loss of each MLP on the whole feature bank."""
+    x = torch.from_numpy(features).float()
+    target = torch.from_numpy(flow / recipe.flow_scale_px_s)
+    with torch.no_grad():
+        return [float(train.generalized_normal_flow_loss(mlp(x), target)) for mlp in mlps]
+
+
 def test_loss_is_zero_on_the_circle_and_positive_off_it():
     gt = torch.tensor([[2.0, 0.0], [0.0, -3.0]])
     on_circle = gt / 2 + torch.tensor([[0.0, 1.0], [1.5, 0.0]])
@@ -145,11 +153,7 @@ def test_equivariant_training_run_learns(tmp_path):
     torch.manual_seed(recipe.seed)
     untrained = train.make_mlp(recipe, features.shape[1], freq)
     mlp, _ = train.train_mlp(features, flow, groups, recipe, log=lambda message: None)
-    x = torch.from_numpy(features).float()
-    target = torch.from_numpy(flow / recipe.flow_scale_px_s)
-    with torch.no_grad():
-        before = float(train.generalized_normal_flow_loss(untrained(x), target))
-        after = float(train.generalized_normal_flow_loss(mlp(x), target))
+    before, after = _bank_losses((untrained, mlp), features, flow, recipe)
     assert after < before - 0.05
     # The checkpoint is an ordinary model that is found equivariant again when loaded.
     train.train(dataclasses.replace(recipe, num_sequences=2, epochs=1), tmp_path / 'c4.npz',
@@ -178,11 +182,7 @@ def test_tiny_training_run_learns(tiny_bank):
     torch.manual_seed(TINY.seed)
     untrained = train.FlowMLP(features.shape[1], TINY.hidden_size)
     mlp, state = train.train_mlp(features, flow, groups, TINY, log=lambda message: None)
-    x = torch.from_numpy(features).float()
-    target = torch.from_numpy(flow / TINY.flow_scale_px_s)
-    with torch.no_grad():
-        before = float(train.generalized_normal_flow_loss(untrained(x), target))
-        after = float(train.generalized_normal_flow_loss(mlp(x), target))
+    before, after = _bank_losses((untrained, mlp), features, flow, TINY)
     assert after < before - 0.05
     assert len(state.history) == TINY.epochs
 

@@ -172,6 +172,30 @@ __attribute__((target("avx2,fma"))) void relu_layer(const float* a, int64_t lda,
   }
 }
 
+// The last layer on a tile: flow[r] = (h[r] . w3_t[0], h[r] . w3_t[1]) * flow_scale, two dots
+// per row (w3_t is w3 transposed, (2, H)).
+__attribute__((target("avx2,fma"))) inline void output_layer(const float* hidden_rows,
+                                                            int64_t rows, int64_t hidden,
+                                                            const float* w3_t,
+                                                            float flow_scale, float* flow) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* h = hidden_rows + r * hidden;
+    __m256 sum_u = _mm256_setzero_ps(), sum_v = _mm256_setzero_ps();
+    for (int64_t k = 0; k < hidden; k += 8) {
+      const __m256 value = _mm256_loadu_ps(h + k);
+      sum_u = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + k), sum_u);
+      sum_v = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + hidden + k), sum_v);
+    }
+    // Horizontal sums of both accumulators at once.
+    const __m256 pair = _mm256_hadd_ps(sum_u, sum_v);  // u0+u1 u2+u3 v0+v1 v2+v3 | ...
+    const __m128 halves = _mm_add_ps(_mm256_castps256_ps128(pair),
+                                     _mm256_extractf128_ps(pair, 1));
+    const __m128 totals = _mm_hadd_ps(halves, halves);  // u v u v
+    flow[r * 2] = _mm_cvtss_f32(totals) * flow_scale;
+    flow[r * 2 + 1] = _mm_cvtss_f32(_mm_shuffle_ps(totals, totals, 1)) * flow_scale;
+  }
+}
+
 // Rows [begin, end) of the MLP; w1, w2 packed by pack_panels; w3_t is w3 transposed (2, H) so the last layer is two dots.
 __attribute__((target("avx2,fma"))) void flow_mlp_rows(const float* features, int64_t in_size,
                                                        const float* w1, const float* w2,
@@ -184,22 +208,7 @@ __attribute__((target("avx2,fma"))) void flow_mlp_rows(const float* features, in
     relu_layer(features + tile * in_size, in_size, rows, w1, in_size, hidden, hidden1.data(),
                hidden);
     relu_layer(hidden1.data(), hidden, rows, w2, hidden, hidden, hidden2.data(), hidden);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* h = hidden2.data() + r * hidden;
-      __m256 sum_u = _mm256_setzero_ps(), sum_v = _mm256_setzero_ps();
-      for (int64_t k = 0; k < hidden; k += 8) {
-        const __m256 value = _mm256_loadu_ps(h + k);
-        sum_u = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + k), sum_u);
-        sum_v = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + hidden + k), sum_v);
-      }
-      // Horizontal sums of both accumulators at once.
-      const __m256 pair = _mm256_hadd_ps(sum_u, sum_v);  // u0+u1 u2+u3 v0+v1 v2+v3 | ...
-      const __m128 halves = _mm_add_ps(_mm256_castps256_ps128(pair),
-                                       _mm256_extractf128_ps(pair, 1));
-      const __m128 totals = _mm_hadd_ps(halves, halves);  // u v u v
-      flow[(tile + r) * 2] = _mm_cvtss_f32(totals) * flow_scale;
-      flow[(tile + r) * 2 + 1] = _mm_cvtss_f32(_mm_shuffle_ps(totals, totals, 1)) * flow_scale;
-    }
+    output_layer(hidden2.data(), rows, hidden, w3_t, flow_scale, flow + tile * 2);
   }
 }
 
@@ -282,21 +291,7 @@ __attribute__((target("avx2,fma"))) void flow_mlp_c4_rows(const float* features,
     c4_layer(layer1, features + tile * in_size, in_size, rows, z.data(), y.data(),
              hidden1.data());
     c4_layer(layer2, hidden1.data(), hidden, rows, z.data(), y.data(), hidden2.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* h = hidden2.data() + r * hidden;
-      __m256 sum_u = _mm256_setzero_ps(), sum_v = _mm256_setzero_ps();
-      for (int64_t k = 0; k < hidden; k += 8) {
-        const __m256 value = _mm256_loadu_ps(h + k);
-        sum_u = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + k), sum_u);
-        sum_v = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + hidden + k), sum_v);
-      }
-      const __m256 pair = _mm256_hadd_ps(sum_u, sum_v);
-      const __m128 halves = _mm_add_ps(_mm256_castps256_ps128(pair),
-                                       _mm256_extractf128_ps(pair, 1));
-      const __m128 totals = _mm_hadd_ps(halves, halves);  // u v u v
-      flow[(tile + r) * 2] = _mm_cvtss_f32(totals) * flow_scale;
-      flow[(tile + r) * 2 + 1] = _mm_cvtss_f32(_mm_shuffle_ps(totals, totals, 1)) * flow_scale;
-    }
+    output_layer(hidden2.data(), rows, hidden, w3_t, flow_scale, flow + tile * 2);
   }
 }
 
