@@ -133,6 +133,9 @@ def main(argv=None):
     parser.add_argument('--mean-flow', action='store_true',
                         help='also score each of our models with the rotation-ensemble mean '
                              'as its flow (name + " mean4")')
+    parser.add_argument('--block-ms', type=float, default=5.0,
+                        help='estimator block length [ms] for the held-out set (default 5; '
+                             'the node and replay default to 20)')
     parser.add_argument('--out', type=pathlib.Path, default=None)
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
@@ -156,11 +159,12 @@ def main(argv=None):
     _log(f'held-out set: {len(sequences)} sequences, '
          f'{sum(len(s) for s in sequences.values())} events '
          f'({time.perf_counter() - start:.0f} s to simulate)')
-    methods = {name: evaluate.model_method(model) for name, model in ours.items()}
+    block_s = args.block_ms * 1e-3
+    methods = {name: evaluate.model_method(model, block_s) for name, model in ours.items()}
     if args.mean_flow:
-        methods.update({f'{name} mean4': evaluate.model_method(model, mean_flow=True)
+        methods.update({f'{name} mean4': evaluate.model_method(model, block_s, mean_flow=True)
                         for name, model in ours.items()})
-    methods.update({f'published {name}': evaluate.model_method(model)
+    methods.update({f'published {name}': evaluate.model_method(model, block_s)
                     for name, model in published.items()})
     if not args.no_planefit:
         methods['plane fit'] = evaluate.planefit_method()
@@ -205,7 +209,7 @@ def main(argv=None):
     # Confidence curve of each of our models.
     results['confidence'] = {}
     for name, model in ([] if args.skip_confidence else ours.items()):
-        method = evaluate.model_method(model, with_confidence=True)
+        method = evaluate.model_method(model, block_s, with_confidence=True)
         flows, scores = [], []
         for sequence in sequences.values():
             prediction = method(sequence)
