@@ -231,3 +231,13 @@ def test_noise_targets_are_labelled_zero_and_pulled_towards_zero():
     small = float(train.generalized_normal_flow_loss(torch.full((3, 2), 0.1), zero))
     large = float(train.generalized_normal_flow_loss(torch.full((3, 2), 1.0), zero))
     assert 0 < small < large
+
+
+def test_draw_handles_banks_beyond_multinomials_limit():
+    generator = torch.Generator().manual_seed(0)
+    size = 2 ** 24 + 10  # torch.multinomial refuses more than 2^24 categories
+    weights = torch.zeros(size, dtype=torch.float64)
+    weights[-1], weights[3] = 0.75, 0.25
+    draws = train._draw(weights, 4000, generator)
+    assert set(draws.tolist()) == {3, size - 1}
+    assert float((draws == size - 1).double().mean()) == pytest.approx(0.75, abs=0.03)

@@ -423,6 +423,20 @@ def _split(groups, fraction, seed):
     return np.flatnonzero(~is_validation), np.flatnonzero(is_validation)
 
 
+def _draw(weights, count: int, generator) -> torch.Tensor:
+    """
+    Draw `count` indices with replacement, with probabilities `weights` (float64, sum 1).
+
+    torch.multinomial takes at most 2^24 categories; a larger bank (e.g. 19 M samples with
+    20 ms blocks) is sampled by inverting the cumulative weights instead.
+    """
+    if len(weights) <= 2 ** 24:
+        return torch.multinomial(weights, count, replacement=True, generator=generator)
+    cumulative = torch.cumsum(weights, 0)
+    uniform = torch.rand(count, generator=generator, dtype=torch.float64) * cumulative[-1]
+    return torch.searchsorted(cumulative, uniform).clamp_(max=len(weights) - 1)
+
+
 def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resume=False,
               log: Callable = _log, stop_after_epoch: Optional[int] = None):
     """
@@ -469,8 +483,7 @@ def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resu
     while state.epoch < last_epoch:
         start = time.perf_counter()
         generator = torch.Generator().manual_seed(recipe.seed * 1000003 + state.epoch)
-        draws = torch.multinomial(weights, recipe.batches_per_epoch * recipe.batch_size,
-                                  replacement=True, generator=generator)
+        draws = _draw(weights, recipe.batches_per_epoch * recipe.batch_size, generator)
         draws = train_index[draws].view(recipe.batches_per_epoch, recipe.batch_size)
         mlp.train()
         losses = []
