@@ -28,7 +28,7 @@ TINY = train.Recipe(pixel_radius=4, tau_s=0.008, num_sequences=4, duration_s=0.0
                     height=48, blocks_per_sequence=2, targets_per_block=256,
                     augmentations_per_block=2, epochs=4, batch_size=128, batches_per_epoch=40,
                     hidden_size=32, num_features=32, validation_fraction=0.25,
-                    learning_rate=1e-2, equivariance='none')
+                    learning_rate=1e-2, equivariance='none', block_s=0.004)
 
 
 @pytest.fixture(scope='module', autouse=True)
