@@ -77,7 +77,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, PointCloud2, PointField
+from sensor_msgs.msg import Image, PointCloud2
 
 from veckm_flow_ros.events import EventArray
 from veckm_flow_ros.flow_cloud import block_flow_points, make_flow_points, pointcloud2_fields
@@ -374,8 +374,8 @@ def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
     """
     Serialize the ~/flow PointCloud2 (little-endian XCDR1), ready for publish(bytes).
 
-    Same message as pointcloud2_message, without building a Python message that rclpy
-    converts field by field, and with the point data copied once.
+    The bytes rclpy would make of the PointCloud2 message with these fields, without building
+    a Python message that rclpy converts field by field, and with the point data copied once.
     """
     layout = pointcloud2_fields(points)
     t_ns = max(int(stamp_ns), 0)
@@ -414,24 +414,6 @@ def stamp_from_ns(t_ns: int) -> TimeMsg:
 
 def stamp_to_ns(stamp) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
-
-
-def pointcloud2_message(points: np.ndarray, stamp_ns: int, frame_id: str) -> PointCloud2:
-    """Build the ~/flow PointCloud2 from structured flow points (flow_cloud layout)."""
-    layout = pointcloud2_fields(points)
-    msg = PointCloud2()
-    msg.header.stamp = stamp_from_ns(stamp_ns)
-    msg.header.frame_id = frame_id
-    msg.height = layout['height']
-    msg.width = layout['width']
-    msg.fields = [PointField(name=name, offset=offset, datatype=datatype, count=count)
-                  for name, offset, datatype, count in layout['fields']]
-    msg.is_bigendian = layout['is_bigendian']
-    msg.point_step = layout['point_step']
-    msg.row_step = layout['row_step']
-    msg.data = layout['data']  # bytes: fast path of uint8[] assignment
-    msg.is_dense = layout['is_dense']
-    return msg
 
 
 def image_message(bgr: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
