@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from veckm_flow_ros import ops, reference
+from veckm_flow_ros.symmetry import symmetric_frequencies
 
 
 def _devices():
@@ -176,6 +177,34 @@ def test_long_time_spans(device, span_ns):
     targets = torch.arange(0, 400, 3)
     features, count, expected, expected_count = _encode_both(device, t_ns, x, y, targets, 20,
                                                              16, 8)
+    assert torch.equal(count.long(), expected_count)
+    assert _relative_error(features, expected) <= 1e-4
+
+
+def _repeating_frequencies(case):
+    """Time frequencies that repeat with a period, as the symmetric models' do."""
+    if case in ('c4', 'd4'):
+        return symmetric_frequencies(64, seed=3, group_name=case)
+    freq_t, freq_x, freq_y = _frequencies(64, seed=4)
+    freq_t = freq_t[:16].repeat(4)
+    if case == 'almost':  # one entry breaks the period: every channel computed on its own
+        freq_t[63] += 0.5
+    return freq_t, freq_x, freq_y
+
+
+@pytest.mark.parametrize('case', ['c4', 'd4', 'period16', 'almost'])
+@pytest.mark.parametrize('span_ns', [24_000_000, 60_000_000_000])
+def test_repeating_time_frequencies(case, span_ns):
+    # The CPU kernel computes time phasors once per distinct time frequency when T repeats
+    # with a period (16 of 64 for a C4 model); tabulated (24 ms) and direct (60 s) paths.
+    width, height, radius, n = 48, 36, 8, 1200
+    t_ns, x, y = _random_events(n, width, height, seed=12, margin=2, span_ns=span_ns)
+    targets = torch.arange(0, n, 3)
+    freq_t, freq_x, freq_y = _repeating_frequencies(case)
+    expected, expected_count = reference.encode_closed_form(
+        t_ns, x, y, targets, width, height, freq_t, freq_x, freq_y, 0.012, radius)
+    features, count = ops.encode(t_ns, x, y, targets, width, height, freq_t, freq_x, freq_y,
+                                 0.012, radius)
     assert torch.equal(count.long(), expected_count)
     assert _relative_error(features, expected) <= 1e-4
 

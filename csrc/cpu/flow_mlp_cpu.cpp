@@ -19,7 +19,8 @@
 // on tiles of 24 rows whose activations stay in L1: each hidden layer is a register-blocked
 // 6 x 16 micro-kernel (12 accumulators, weights streamed from L2), ReLU fused at the store.
 // Elsewhere, or for hidden sizes that are not a multiple of 16, the layers go to ATen's BLAS
-// in row chunks. Parallel over tiles/chunks (at::parallel_for).
+// in row chunks. Parallel over tiles (a few parts per thread, taken dynamically: parallel.h)
+// or chunks (at::parallel_for).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -35,6 +36,7 @@
 #define VECKM_HAVE_AVX2_KERNEL 1
 #endif
 
+#include "parallel.h"
 #include "veckm_encode.h"
 
 namespace veckm_flow {
@@ -336,7 +338,7 @@ at::Tensor flow_mlp_cpu(const at::Tensor& features_in, const at::Tensor& w1_in,
     float* flow_ptr = flow.data_ptr<float>();
     const auto scale = static_cast<float>(flow_scale);
     // Grain: whole tiles, enough rows per task to amortise the per-task scratch.
-    at::parallel_for(0, (m + kTileRows - 1) / kTileRows, 16, [&](int64_t begin, int64_t end) {
+    parallel_balanced((m + kTileRows - 1) / kTileRows, 4, [&](int64_t begin, int64_t end) {
       flow_mlp_rows(features_ptr, in_size, w1_ptr, w2_ptr, w3_t_ptr, hidden, scale,
                     begin * kTileRows, std::min(end * kTileRows, m), flow_ptr);
     });
@@ -394,7 +396,7 @@ at::Tensor flow_mlp_c4_cpu(const at::Tensor& features_in, at::TensorList blocks,
   const float* w3_t_ptr = w3_t.data_ptr<float>();
   float* flow_ptr = flow.data_ptr<float>();
   const auto scale = static_cast<float>(flow_scale);
-  at::parallel_for(0, (m + kTileRows - 1) / kTileRows, 16, [&](int64_t begin, int64_t end) {
+  parallel_balanced((m + kTileRows - 1) / kTileRows, 4, [&](int64_t begin, int64_t end) {
     flow_mlp_c4_rows(features_ptr, layer1, layer2, w3_t_ptr, scale, begin * kTileRows,
                      std::min(end * kTileRows, m), flow_ptr);
   });

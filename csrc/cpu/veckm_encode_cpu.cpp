@@ -27,9 +27,11 @@
 // Phasors are not a sine/cosine per (event, channel): time phasors are a coarse table over the
 // call's time span (float64-wrapped entries) times a small-angle series, pixel phasors the
 // product of per-column and per-row tables (cached per thread for the same sensor and model);
-// both agree with the direct unit_phasor to ~2e-7. Large scratch buffers are reused per thread
+// both agree with the direct unit_phasor to ~2e-7; time phasors are computed once per
+// distinct time frequency (time_frequency_period: 16 of 64 for a C4 model). Large scratch buffers are reused per thread
 // (a streaming caller makes hundreds of calls per second; fresh pages fault).
-// Parallel over slots, bands of target rows and targets (at::parallel_for, OpenMP here).
+// Parallel over slots, bands of target rows and targets: a few parts per thread, taken
+// dynamically (parallel.h).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -39,6 +41,7 @@
 #include <cmath>
 #include <vector>
 
+#include "parallel.h"
 #include "veckm_encode.h"
 #include "veckm_math.h"
 
@@ -122,9 +125,23 @@ struct TimePhasors {
   double origin = 0.0;    // u of entry 0
   double step = 1.0;      // g, in tau units
   double inv_step = 1.0;
-  int64_t d = 0;
-  std::vector<float> table;  // [entries][2D]: cos | sin
+  int64_t d = 0;             // distinct time frequencies tabulated (the period, <= D)
+  std::vector<float> table;  // [entries][2d]: cos | sin
 };
+
+// The smallest period p (a divisor of D) with T[k] = T[k mod p] for all k. The symmetric
+// models' frequencies come in orbits of the square's symmetries that share one T, stored
+// element-major (k = element * orbits + orbit), so a C4 model's 64 channels have only 16
+// distinct time frequencies: time phasors are computed for those and reused (4x less work).
+int64_t time_frequency_period(const float* freq_t, int64_t d) {
+  for (int64_t period = 1; period < d; ++period) {
+    if (d % period != 0) continue;
+    bool repeats = true;
+    for (int64_t k = period; k < d && repeats; ++k) repeats = freq_t[k] == freq_t[k - period];
+    if (repeats) return period;
+  }
+  return d;
+}
 
 // Above this many entries (a very long call) the direct sine/cosine is used instead.
 constexpr int64_t kMaxTimeTableEntries = int64_t{1} << 15;
@@ -199,9 +216,11 @@ const PixelPhasors& cached_pixel_phasors(int64_t width, int64_t height, int64_t 
   return cache.phasors;
 }
 
-// out[k] (re | im) = sum over the events of exp(i time phase) [direct or tabulated].
-VECKM_CPU_CLONES void sum_time_phasors(const int32_t* events, int32_t count,
-                                       const double* time_units, const TimePhasors& phasors,
+// out[k] (re | im) = sum over the events of exp(i time phase) [direct or tabulated], for the
+// phasors.d (= the time-frequency period) distinct time frequencies; units: the events' times
+// (tau units), contiguous.
+VECKM_CPU_CLONES void sum_time_phasors(const double* units_of_events, int32_t count,
+                                       const TimePhasors& phasors,
                                        const float* __restrict__ freq_t,
                                        float* __restrict__ out) {
   const int64_t d = phasors.d;
@@ -213,7 +232,7 @@ VECKM_CPU_CLONES void sum_time_phasors(const int32_t* events, int32_t count,
   }
   if (phasors.table.empty()) {
     for (int32_t e = 0; e < count; ++e) {
-      const double units = time_units[events[e]];
+      const double units = units_of_events[e];
       for (int64_t k = 0; k < d; ++k) {
         float c, s;
         unit_phasor(time_phase(units, freq_t[k]), &c, &s);
@@ -224,7 +243,7 @@ VECKM_CPU_CLONES void sum_time_phasors(const int32_t* events, int32_t count,
     return;
   }
   for (int32_t e = 0; e < count; ++e) {
-    const double offset = (time_units[events[e]] - phasors.origin) * phasors.inv_step;
+    const double offset = (units_of_events[e] - phasors.origin) * phasors.inv_step;
     const auto q = static_cast<int64_t>(offset + 0.5);
     const auto remainder =
         static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
@@ -239,17 +258,25 @@ VECKM_CPU_CLONES void sum_time_phasors(const int32_t* events, int32_t count,
   }
 }
 
-// Q of one slot: (sum of its time phasors) times its pixel phasor, [re(D) | im(D)].
-VECKM_CPU_CLONES void embed_slot(const int32_t* events, int32_t count, const double* time_units,
-                                 const TimePhasors& time_phasors, const float* freq_t,
+// Q of one slot: (sum of its time phasors) times its pixel phasor, [re(D) | im(D)];
+// time_sum: scratch for the 2 x period time sums.
+VECKM_CPU_CLONES void embed_slot(const double* units_of_events, int32_t count,
+                                 const TimePhasors& time_phasors, const float* freq_t, int64_t d,
                                  const float* __restrict__ column_phasor,
-                                 const float* __restrict__ row_phasor, float* __restrict__ out) {
-  const int64_t d = time_phasors.d;
-  sum_time_phasors(events, count, time_units, time_phasors, freq_t, out);
-  for (int64_t k = 0; k < d; ++k) {
-    const float pixel_re = column_phasor[k] * row_phasor[k] - column_phasor[d + k] * row_phasor[d + k];
-    const float pixel_im = column_phasor[k] * row_phasor[d + k] + column_phasor[d + k] * row_phasor[k];
-    complex_multiply(&out[k], &out[d + k], pixel_re, pixel_im);
+                                 const float* __restrict__ row_phasor,
+                                 float* __restrict__ time_sum, float* __restrict__ out) {
+  const int64_t period = time_phasors.d;
+  sum_time_phasors(units_of_events, count, time_phasors, freq_t, time_sum);
+  for (int64_t base = 0; base < d; base += period) {
+    for (int64_t o = 0; o < period; ++o) {
+      const int64_t k = base + o;
+      const float pixel_re = column_phasor[k] * row_phasor[k] - column_phasor[d + k] * row_phasor[d + k];
+      const float pixel_im = column_phasor[k] * row_phasor[d + k] + column_phasor[d + k] * row_phasor[k];
+      float re = time_sum[o], im = time_sum[period + o];
+      complex_multiply(&re, &im, pixel_re, pixel_im);
+      out[k] = re;
+      out[d + k] = im;
+    }
   }
 }
 
@@ -285,9 +312,12 @@ VECKM_CPU_CLONES void finish_target_events(int64_t begin, int64_t end, const int
                                            const int32_t* target_of_slot, const float* pooled,
                                            const int32_t* pooled_count, const double* time_units,
                                            const TimePhasors& phasors,
-                                           const float* __restrict__ freq_t, float* features,
-                                           int32_t* count) {
-  const int64_t d = phasors.d;
+                                           const float* __restrict__ freq_t, int64_t d,
+                                           float* features, int32_t* count) {
+  const int64_t period = phasors.d;
+  std::vector<float> time_phasor(2 * period);  // cos | sin of the target's time phases
+  float* __restrict__ cos_t = time_phasor.data();
+  float* __restrict__ sin_t = cos_t + period;
   for (int64_t i = begin; i < end; ++i) {
     float* __restrict__ out = features + i * 2 * d;
     const int32_t slot = event_slot[target_event[i]];
@@ -301,26 +331,29 @@ VECKM_CPU_CLONES void finish_target_events(int64_t begin, int64_t end, const int
     const float* __restrict__ in = pooled + static_cast<int64_t>(target) * 2 * d;
     const double units = time_units[target_event[i]];
     if (phasors.table.empty()) {
-      for (int64_t k = 0; k < d; ++k) {
-        float c, s;
-        unit_phasor(time_phase(units, freq_t[k]), &c, &s);
-        out[k] = in[k] * c + in[d + k] * s;
-        out[d + k] = in[d + k] * c - in[k] * s;
+      for (int64_t o = 0; o < period; ++o) {
+        unit_phasor(time_phase(units, freq_t[o]), &cos_t[o], &sin_t[o]);
       }
-      continue;
+    } else {
+      const double offset = (units - phasors.origin) * phasors.inv_step;
+      const auto q = static_cast<int64_t>(offset + 0.5);
+      const auto remainder =
+          static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
+      const float* __restrict__ coarse_re = phasors.table.data() + q * 2 * period;
+      const float* __restrict__ coarse_im = coarse_re + period;
+      for (int64_t o = 0; o < period; ++o) {
+        float fine_c, fine_s;
+        small_angle_phasor(remainder * freq_t[o], &fine_c, &fine_s);
+        cos_t[o] = coarse_re[o] * fine_c - coarse_im[o] * fine_s;
+        sin_t[o] = coarse_re[o] * fine_s + coarse_im[o] * fine_c;
+      }
     }
-    const double offset = (units - phasors.origin) * phasors.inv_step;
-    const auto q = static_cast<int64_t>(offset + 0.5);
-    const auto remainder = static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
-    const float* __restrict__ coarse_re = phasors.table.data() + q * 2 * d;
-    const float* __restrict__ coarse_im = coarse_re + d;
-    for (int64_t k = 0; k < d; ++k) {
-      float fine_c, fine_s;
-      small_angle_phasor(remainder * freq_t[k], &fine_c, &fine_s);
-      const float c = coarse_re[k] * fine_c - coarse_im[k] * fine_s;
-      const float s = coarse_re[k] * fine_s + coarse_im[k] * fine_c;
-      out[k] = in[k] * c + in[d + k] * s;
-      out[d + k] = in[d + k] * c - in[k] * s;
+    for (int64_t base = 0; base < d; base += period) {
+      for (int64_t o = 0; o < period; ++o) {
+        const int64_t k = base + o;
+        out[k] = in[k] * cos_t[o] + in[d + k] * sin_t[o];
+        out[d + k] = in[d + k] * cos_t[o] - in[k] * sin_t[o];
+      }
     }
   }
 }
@@ -446,35 +479,6 @@ EncodeScratch& thread_scratch() {
   return scratch;
 }
 
-// Runs fn(begin, end) over items [0, count) in at most one part per thread, parts cut so that
-// each holds about the same estimated cost (cost_prefix[i]: summed cost of items before i;
-// size count + 1). at::parallel_for cuts ranges into equal item counts, which leaves one
-// thread idle on, e.g., the sparse rows of a real scene.
-template <typename F>
-void parallel_by_cost(const std::vector<int64_t>& cost_prefix, int64_t min_part_cost,
-                      const F& fn) {
-  const auto count = static_cast<int64_t>(cost_prefix.size()) - 1;
-  const int64_t total = cost_prefix.back();
-  const int64_t parts = std::max<int64_t>(
-      1, std::min<int64_t>(at::get_num_threads(), total / std::max<int64_t>(min_part_cost, 1)));
-  if (parts == 1 || count <= 1) {
-    if (count > 0) fn(0, count);
-    return;
-  }
-  auto part_start = [&](int64_t part) -> int64_t {
-    if (part == 0) return 0;
-    if (part == parts) return count;
-    return std::lower_bound(cost_prefix.begin(), cost_prefix.end(), total * part / parts) -
-           cost_prefix.begin();
-  };
-  at::parallel_for(0, parts, 1, [&](int64_t first, int64_t last) {
-    for (int64_t part = first; part < last; ++part) {
-      const int64_t begin = part_start(part), end = part_start(part + 1);
-      if (end > begin) fn(begin, end);
-    }
-  });
-}
-
 std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const at::Tensor& x_in,
                                               const at::Tensor& y_in,
                                               const at::Tensor& target_index_in, int64_t width,
@@ -519,7 +523,7 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   const int64_t t_ref_ns = t_ptr[0];
   const double inv_tau_ns = 1e-9 / tau_s;
   std::vector<double> time_units(n);
-  at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
+  parallel_balanced(n, 16384, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
       time_units[j] = relative_time_units(t_ptr[j], t_ref_ns, inv_tau_ns);
     }
@@ -528,6 +532,15 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   // 1. Group by pixel.
   const PixelSlots slots = group_by_pixel(x_ptr, y_ptr, n, width, height);
   const auto num_slots = static_cast<int64_t>(slots.slot_x.size());
+  // The in-image events' times in slot order: one pass of independent loads, instead of a
+  // dependent cache miss per event in the phasor sums below.
+  std::vector<double> slot_units(slots.event_order.size());
+  parallel_balanced(static_cast<int64_t>(slot_units.size()), 16384,
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) {
+                        slot_units[i] = time_units[slots.event_order[i]];
+                      }
+                    });
 
   // Which slots hold targets, and which rows hold them.
   std::vector<int32_t> target_of_slot(num_slots, -1);
@@ -559,15 +572,14 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
 
   // Phasor tables: time (over the span of the in-image events) and pixel axes.
   double u_min = 0.0, u_max = 0.0;
-  if (!slots.event_order.empty()) {
-    u_min = u_max = time_units[slots.event_order[0]];
-    for (const int32_t j : slots.event_order) {
-      u_min = std::min(u_min, time_units[j]);
-      u_max = std::max(u_max, time_units[j]);
-    }
+  if (!slot_units.empty()) {
+    const auto [low, high] = std::minmax_element(slot_units.begin(), slot_units.end());
+    u_min = *low;
+    u_max = *high;
   }
   TimePhasors time_phasors;
-  if (!build_time_phasors(u_min, u_max, freq_t_ptr, d, &time_phasors)) {
+  const int64_t time_period = time_frequency_period(freq_t_ptr, d);
+  if (!build_time_phasors(u_min, u_max, freq_t_ptr, time_period, &time_phasors)) {
     time_phasors.table.clear();  // too long a span: direct sine/cosine
   }
   const PixelPhasors& pixel =
@@ -586,13 +598,15 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
                                            : 0);
   }
   parallel_by_cost(slot_cost, 1024, [&](int64_t begin, int64_t end) {
+    std::vector<float> time_sum(2 * time_period);
     for (int64_t s = begin; s < end; ++s) {
       const int32_t first = slots.slot_start[s];
       slot_count[s] = slots.slot_start[s + 1] - first;
       if (!row_needed[slots.slot_y[s]]) continue;
-      embed_slot(slots.event_order.data() + first, slot_count[s], time_units.data(),
-                 time_phasors, freq_t_ptr, pixel.column.data() + slots.slot_x[s] * channels,
-                 pixel.row.data() + slots.slot_y[s] * channels, slot_embed.data() + s * channels);
+      embed_slot(slot_units.data() + first, slot_count[s],
+                 time_phasors, freq_t_ptr, d, pixel.column.data() + slots.slot_x[s] * channels,
+                 pixel.row.data() + slots.slot_y[s] * channels, time_sum.data(),
+                 slot_embed.data() + s * channels);
     }
   });
 
@@ -624,10 +638,10 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   });
 
   // 4. Per target event: its own time phase.
-  at::parallel_for(0, m, 1024, [&](int64_t begin, int64_t end) {
+  parallel_balanced(m, 256, [&](int64_t begin, int64_t end) {
     finish_target_events(begin, end, target_ptr, slots.event_slot.data(), target_of_slot.data(),
                          pooled.data(), pooled_count.data(), time_units.data(), time_phasors,
-                         freq_t_ptr, features_ptr, count_ptr);
+                         freq_t_ptr, d, features_ptr, count_ptr);
   });
   return {features, count};
 }
