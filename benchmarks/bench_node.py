@@ -298,7 +298,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
     node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
                 'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
                 '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5']
-    parameters = {'torch_threads': args.torch_threads}
+    parameters = {'torch_threads': args.torch_threads, 'compute_threads': args.compute_threads}
     if args.block_ms is not None:
         parameters['block_ms'] = args.block_ms
     parameters.update(CONFIGS[config_name])  # a configuration's own values win
@@ -453,6 +453,8 @@ def main(argv=None):
                         help='wall time per published message [ms]: at speed s a message holds '
                         's x this much sensor time (a driver cuts packets by time)')
     parser.add_argument('--torch-threads', type=int, default=0)
+    parser.add_argument('--compute-threads', type=int, default=1,
+                        help="the node's compute_threads (blocks computed at once)")
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -84,6 +84,37 @@ def test_streaming_equals_one_shot(causal):
     assert one_shot.flows_out == len(events) and one_shot.events_in == len(events)
 
 
+@pytest.mark.parametrize('stride', [1, 3])
+def test_jobs_run_later_in_threads_equal_push_iter(stride):
+    """push_jobs: jobs hold copies of their inputs, so running them late, in threads, is exact."""
+    from concurrent.futures import ThreadPoolExecutor
+    events = random_stream(n=30000, duration_ns=120_000_000, seed=5)
+    direct = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, block_s=0.004,
+                                 target_stride=stride)
+    expected = run_chunked(direct, events, seed=6)
+    later = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, block_s=0.004,
+                                target_stride=stride)
+    rng = np.random.default_rng(6)
+    futures, start = [], 0
+    with ThreadPoolExecutor(3) as pool:
+        jobs = []
+        while start < len(events):
+            size = int(rng.integers(1, 2500))
+            jobs += list(later.push_jobs(events[start:start + size]))  # not run yet
+            start += size
+            if len(jobs) > 6:  # run some only after many later pushes (buffer compacted)
+                futures += [pool.submit(job) for job in jobs]
+                jobs = []
+        futures += [pool.submit(job) for job in jobs]
+        blocks = [future.result() for future in futures] + later.flush()
+    got = FlowBlock.concatenate(blocks)
+    np.testing.assert_array_equal(got.event_index, expected.event_index)
+    np.testing.assert_array_equal(got.t_ns, expected.t_ns)
+    np.testing.assert_array_equal(got.u_px_s, expected.u_px_s)
+    np.testing.assert_array_equal(got.v_px_s, expected.v_px_s)
+    assert later.flows_out == direct.flows_out
+
+
 def test_block_flows_equal_the_op_on_the_centred_context():
     model = tiny_model()
     events = random_stream(n=6000, duration_ns=40_000_000)

@@ -541,6 +541,35 @@ def test_bad_input_is_counted_and_the_node_keeps_going(harness_factory):
     assert harness.clouds and harness.node._worker.is_alive()
 
 
+def test_an_estimator_failure_is_counted_and_the_stream_restarts(harness_factory):
+    """The estimate thread survives an exception: counted, logged, stream reset, flows go on."""
+    harness = harness_factory()
+    totals = harness.node.stats.totals
+    events, _, _ = moving_edges(duration_s=0.1, t0_ns=1_000_000_000)
+    _publish_events(harness, events)
+    assert harness.wait_idle()
+    assert harness.clouds
+    estimator = harness.node.estimator
+    working = estimator._encode_and_predict
+    failures = []
+
+    def fail_once(*args):  # a block computation fails (inline or in a pool thread)
+        if not failures:
+            failures.append(1)
+            raise RuntimeError('injected estimator failure')
+        return working(*args)
+
+    estimator._encode_and_predict = fail_once
+    flows_before, resets_before = totals['flows'], totals['estimator_resets']
+    events, _, _ = moving_edges(duration_s=0.15, t0_ns=2_000_000_000)
+    _publish_events(harness, events)
+    assert harness.wait_idle()
+    assert failures and totals['failed_blocks'] == 1
+    assert totals['estimator_resets'] > resets_before
+    assert totals['flows'] > flows_before  # the packets after the failure still give flows
+    assert harness.node._worker.is_alive() and harness.node._estimate_thread.is_alive()
+
+
 def test_lost_evt3_packets_do_not_restart_the_stream(harness_factory):
     # evt3 carries its time across packets (TIME_HIGH every 4.096 ms). Packets 30-37 are
     # lost: the next packet's first events must not take the time of the last decoded
@@ -740,3 +769,35 @@ def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(harness_fac
     assert len(batched) >= 8
     assert {frame for _, frame, _ in batched} == {'camera_0', 'camera_1', 'camera_2'}
     assert batched == one_by_one
+
+
+def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
+    """compute_threads = 3: blocks computed at once in pool threads, ~/flow the same, in order."""
+    from veckm_flow_ros.packets import encode_packets
+    events, _, _ = moving_edges(duration_s=0.15)
+    packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
+    queued = [flow_node.QueuedPacket('evt3', bytes(p.data), 0, 640, 480, seq,
+                                     p.first_t_ns + 3_000_000_000, 'camera', len(p.data) // 2)
+              for seq, p in enumerate(packets)]
+    outputs = []
+    for compute_threads in (1, 3):
+        harness = harness_factory(block_ms=5.0, compute_threads=compute_threads)
+        node = harness.node
+        node._inline_when_idle = False  # every block through the pool when it has one
+        node._stop.set()  # this test drives decoding and estimation itself
+        node._worker.join(5)
+        node._estimate_thread.join(5)
+        node._stop.clear()
+        steps = []
+        node._decode_batch(queued, steps)
+        node._estimate(steps)
+        if compute_threads > 1:
+            assert len(node._in_flight) >= 2  # several blocks were being computed at once
+        node._publish_computed(wait_s=None, everything=True)
+        assert harness.spin_until(lambda: len(harness.clouds) >= 25, 10.0)
+        harness.spin_for(0.3)
+        outputs.append([(flow_node.stamp_to_ns(c.header.stamp), bytes(c.data))
+                        for c in harness.clouds])
+    one_at_a_time, pooled = outputs
+    assert len(one_at_a_time) >= 25
+    assert pooled == one_at_a_time

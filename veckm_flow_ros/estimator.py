@@ -35,7 +35,7 @@ import dataclasses
 import logging
 import math
 import os
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 import torch
@@ -293,6 +293,24 @@ class NormalFlowEstimator:
         Consume the iterator completely before the next push (the buffer bound is enforced
         at its end); blocks not yet computed when it is abandoned stay pending.
         """
+        for job in self._push(events, copy=False):
+            block = job()
+            if block is not None:
+                yield block
+
+    def push_jobs(self, events: EventArray) -> Iterator[Callable[[], FlowBlock]]:
+        """
+        Like push_iter(), but yield each ready block as a job to run later, in any thread.
+
+        A job takes no arguments and returns its FlowBlock. It holds copies of its inputs,
+        so it may run after later pushes or a reset, and jobs may run at once in several
+        threads (on the CPU, each op single-threaded: one block per core). The caller keeps
+        the blocks in the order the jobs were yielded. Consume the iterator completely before
+        the next push.
+        """
+        yield from self._push(events, copy=True)
+
+    def _push(self, events: EventArray, copy: bool) -> Iterator[Callable[[], FlowBlock]]:
         if len(events) == 0:
             return
         if self._newest_ns is not None and \
@@ -322,12 +340,12 @@ class NormalFlowEstimator:
         if late:
             self.events_dropped['late'] += late
         self._events.append(events.t_ns, events.x, events.y, indices)
-        yield from self._ready_blocks(final=False)
+        yield from self._ready_jobs(final=False, copy=copy)
         self._enforce_bound()
 
     def flush(self) -> List[FlowBlock]:
         """End of stream: compute all remaining blocks with the context available."""
-        blocks = list(self._ready_blocks(final=True))
+        blocks = [job() for job in self._ready_jobs(final=True, copy=False)]
         self._events.clear()
         return blocks
 
@@ -352,7 +370,12 @@ class NormalFlowEstimator:
         centre = block_start + self.block_ns // 2
         return centre - self.tau_ns, centre + self.tau_ns
 
-    def _ready_blocks(self, final: bool) -> Iterator[FlowBlock]:
+    def _ready_jobs(self, final: bool, copy: bool) -> Iterator[Callable[[], FlowBlock]]:
+        """
+        Yield a job per ready block with targets, in order (a yielded block is done).
+
+        copy=False: the job reads the buffer, so it must run before the next push.
+        """
         buffer = self._events
         while len(buffer) and self._block_start_ns is not None:
             block_start = self._block_start_ns
@@ -368,11 +391,11 @@ class NormalFlowEstimator:
                 skipped = (int(buffer.t_ns[stop]) - block_start) // self.block_ns
                 self._block_start_ns = block_start + skipped * self.block_ns
                 continue
-            block = self._compute_block(first, stop, context_low, context_high)
+            job = self._prepare_block(first, stop, context_low, context_high, copy)
             self._block_start_ns = block_end
-            self._trim()
-            if block is not None:
-                yield block
+            self._trim()  # moves the buffer's start only: no data is overwritten until a push
+            if job is not None:
+                yield job
 
     def _select_targets(self, first, stop):
         """Buffer positions of the block's targets (block = positions [first, stop))."""
@@ -384,7 +407,8 @@ class NormalFlowEstimator:
             targets = targets[keep.astype(np.int64)]
         return targets
 
-    def _compute_block(self, first, stop, context_low, context_high):
+    def _prepare_block(self, first, stop, context_low, context_high, copy):
+        """Return a job computing the block of positions [first, stop) (None: no targets)."""
         buffer = self._events
         targets = self._select_targets(first, stop)
         if len(targets) == 0:
@@ -393,6 +417,8 @@ class NormalFlowEstimator:
         if targets[0] >= low and targets[-1] < high:
             # The usual case (block within the context window): one contiguous slice.
             context = buffer.device_columns(low, high)
+            if copy:  # views of the buffer, which later pushes overwrite
+                context = tuple(column.clone() for column in context)
             target_in_context = targets - low
             if len(targets) == stop - first:  # every event of the block: a range
                 target_in_context = (int(targets[0]) - low, int(targets[-1]) + 1 - low)
@@ -406,22 +432,23 @@ class NormalFlowEstimator:
             where = torch.from_numpy(positions - buffer.start).to(self.device)
             context = tuple(column.index_select(0, where) for column in columns)
             target_in_context = np.searchsorted(positions, targets)
-        flow, confidence = self._encode_and_predict(context, target_in_context)
-        flow = flow.cpu().numpy()
         self.flows_out += len(targets)
         if isinstance(target_in_context, tuple):
             targets = slice(first, stop)  # copies of slices are cheaper than gathers
-        return FlowBlock(
-            event_index=buffer.index[targets].copy(),
-            t_ns=buffer.t_ns[targets].copy(),
-            x=buffer.x[targets].astype(np.uint16),
-            y=buffer.y[targets].astype(np.uint16),
-            u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
-            v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
-            t_newest_ns=int(self._newest_ns),
-            confidence=None if confidence is None else confidence.cpu().numpy(),
-            ready_ns=int(context_high),
-        )
+        about = {'event_index': buffer.index[targets].copy(),
+                 't_ns': buffer.t_ns[targets].copy(),
+                 'x': buffer.x[targets].astype(np.uint16),
+                 'y': buffer.y[targets].astype(np.uint16),
+                 't_newest_ns': int(self._newest_ns), 'ready_ns': int(context_high)}
+
+        def job() -> FlowBlock:
+            flow, confidence = self._encode_and_predict(context, target_in_context)
+            flow = flow.cpu().numpy()
+            return FlowBlock(
+                u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
+                v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
+                confidence=None if confidence is None else confidence.cpu().numpy(), **about)
+        return job
 
     def _encode_and_predict(self, context, targets: np.ndarray):
         """

@@ -37,27 +37,37 @@ all read-only except image_max_speed_px_s)
     model [path or shipped name]  device [cpu|cuda]  pixel_radius [px]  tau_ms [ms]
     block_ms [ms]  causal  target_stride [events]  max_flows_per_block [flows]
     max_queued_events [events]  max_queue_delay_ms [ms]  max_buffered_events [events]
-    torch_threads
+    torch_threads  compute_threads
     image_rate_hz [Hz]  image_max_speed_px_s [px/s]  publish_confidence  rotation_mean_flow
     diagnostics_period_s [s]
 
 Threads: a receive thread takes ~/events messages straight from the subscription (raw CDR
 bytes, no message object, payload referenced not copied; rclpy's executor would cost ~200 us of
 Python per message, more than the node's whole per-packet work, while holding the GIL the
-worker needs), parses their header fields and queues them in a bounded queue; one worker
-thread decodes, runs the estimator and publishes; the executor thread runs the image and
+worker needs), parses their header fields and queues them in a bounded queue; a worker
+thread decodes them in batches and hands at most MAX_DECODED_BATCHES decoded batches to an
+estimate thread, which runs the estimator and publishes (the compiled ops release the GIL, so
+decoding the next batch overlaps the estimator). While the node keeps up the estimate thread
+computes each block itself, its ops on all cores (lowest latency); when it falls behind it
+hands blocks to compute_threads pool threads, one block each (copies of their inputs, at
+most compute_threads + 1 at once), and publishes them in order: on 2 cores this keeps both
+busy through the Python and serial parts of each block. The executor thread runs the image and
 diagnostics timers and the parameter services. Memory is bounded: the packet queue holds at
 most max_queued_events estimated events (payload <= 8 bytes x max_queued_events: 80 MB by
 default, 20 MB for evt3) and MAX_QUEUED_PACKETS packets; the estimator keeps at most
 max_buffered_events events (24 bytes each, in arrays of up to 1.5x that: <= 150 MB by
-default); the image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at most 1000
-received messages.
+default); decoded batches waiting for the estimate thread hold at most MAX_DECODED_BATCHES
+x MAX_BATCH_EVENTS events (24 MB), blocks being computed a copy of their context each; the
+image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at most 1000 received messages.
 """
 
 import collections
+import concurrent.futures
 import contextlib
 from dataclasses import dataclass
 import math
+import os
+import queue
 import signal
 import struct
 import sys
@@ -89,12 +99,14 @@ NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay ba
 # which over-estimates events for the 8-byte formats' triggers and evt3 time words (safe side).
 BYTES_PER_EVENT = {'evt3': 2, 'libcaer_cmp': 2, 'mono': 8, 'libcaer': 8, 'trigger': 8}
 MAX_QUEUED_PACKETS = 10000
-# The worker hands the estimator batches of about BATCH_BUDGET_S of its measured processing
-# time (blocks of a batch are published when the whole batch is done, so this bounds the
-# latency a batch adds), between MIN_ and MAX_BATCH_EVENTS estimated events.
+# The worker takes batches of about BATCH_BUDGET_S of the estimate thread's measured
+# processing time (fewer, larger pushes; this bounds the latency a batch adds), between MIN_
+# and MAX_BATCH_EVENTS estimated events; at most MAX_DECODED_BATCHES decoded batches wait for
+# the estimate thread (the worker decodes the next batch while the estimator runs).
 BATCH_BUDGET_S = 0.02
 MIN_BATCH_EVENTS = 2_000
 MAX_BATCH_EVENTS = 500_000
+MAX_DECODED_BATCHES = 2
 # Sensor time may step back this much between packets without meaning a new stream.
 RESTART_TOLERANCE_NS = 100_000_000
 IMAGE_MAX_FLOWS = 500_000
@@ -160,8 +172,13 @@ PARAMETERS = (
                   (0.0, 60_000.0), read_only=True),
     ParameterSpec('max_buffered_events', 4_000_000, 'Cap on events the estimator keeps in '
                   'its sliding window [events].', (1000, 1_000_000_000), read_only=True),
-    ParameterSpec('torch_threads', 0, 'Torch intra-op threads for the worker; 0 = torch '
-                  'default.', (0, 256), read_only=True),
+    ParameterSpec('torch_threads', 0, 'Torch intra-op threads per block computation; 0 = '
+                  'automatic (the CPU cores / compute_threads; all cores for a block computed '
+                  'while the node keeps up).', (0, 256), read_only=True),
+    ParameterSpec('compute_threads', 0, 'Blocks computed at once on the CPU when the node '
+                  'falls behind, each by its own thread; ~/flow keeps block order. 0 = '
+                  'automatic (min(CPU cores, 4) on cpu, 1 on cuda); 1 = one block at a time.',
+                  (0, 64), read_only=True),
     ParameterSpec('image_rate_hz', 25.0, 'Rate of ~/flow_image [Hz] while subscribed; 0 = '
                   'never publish images.', (0.0, 200.0), read_only=True),
     ParameterSpec('image_max_speed_px_s', 0.0, 'Flow speed shown at full brightness in '
@@ -214,6 +231,21 @@ class OwnThreadCallbackGroup(ReentrantCallbackGroup):
 
 # ------------------------------------------------------------------------------------------
 # Bounded packet queue
+
+
+@dataclass
+class DecodedBatch:
+    """
+    A batch of packets decoded by the worker, for the estimate thread.
+
+    steps: ('push', events, marks), ('reset', reason) or ('size', width, height), in order
+    (VecKMFlowNode._decode_batch); packets, events: the batch's packet count and estimated
+    events (counted as handled once the steps are done).
+    """
+
+    steps: list
+    packets: int
+    events: int
 
 
 @dataclass
@@ -442,7 +474,7 @@ class Statistics:
     TOTALS = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps',
               'missed_packets',
               'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
-              'estimator_resets', 'images')
+              'failed_blocks', 'estimator_resets', 'images')
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -531,11 +563,27 @@ class VecKMFlowNode(Node):
                                                     self._on_diagnostics_timer)
         self._stop = threading.Event()
         self._receive_wake = GuardCondition(None, None, context=self.context)
+        # Decoded batches on their way from the worker to the estimate thread.
+        self._decoded = queue.Queue(maxsize=MAX_DECODED_BATCHES)
+        self._batch_events = MIN_BATCH_EVENTS  # set by the estimate thread from its speed
+        self._reset_request = None  # set by the estimate thread when it failed
+        # Blocks being computed by the pool (compute_threads > 1): (future, newest, marks).
+        self._in_flight = collections.deque()
+        self._compute_pool = None
+        self._inline_when_idle = True  # (tests turn it off to exercise the pool)
+        self._compute_threads, pool_torch_threads = compute_threads(self.config)
+        if self._compute_threads > 1:
+            self._compute_pool = concurrent.futures.ThreadPoolExecutor(
+                self._compute_threads, thread_name_prefix='veckm_flow_compute',
+                initializer=_set_torch_threads, initargs=(pool_torch_threads,))
         self._worker = threading.Thread(target=self._work, name='veckm_flow_worker',
                                         daemon=True)
+        self._estimate_thread = threading.Thread(target=self._estimate_loop,
+                                                 name='veckm_flow_estimate', daemon=True)
         self._receiver = threading.Thread(target=self._receive, name='veckm_flow_receive',
                                           daemon=True)
         self._worker.start()
+        self._estimate_thread.start()
         self._receiver.start()
         model = self.model
         self.get_logger().info(
@@ -543,7 +591,8 @@ class VecKMFlowNode(Node):
             f'tau = {model.tau_s * 1e3:g} ms, D = {model.num_features}; '
             f'device {self.config["device"]}, block {self.config["block_ms"]:g} ms, '
             f'{"causal" if self.config["causal"] else "centred"} context, target stride '
-            f'{self.config["target_stride"]}, queue {self.config["max_queued_events"]} events')
+            f'{self.config["target_stride"]}, queue {self.config["max_queued_events"]} events, '
+            f'{self._compute_threads} block(s) computed at once')
 
     def _log_throttled(self, level: str, message: str, period_s: float = 5.0):
         """
@@ -605,6 +654,7 @@ class VecKMFlowNode(Node):
         # Built on the first packet, when the sensor size is known (rebuilt if it changes).
         self.estimator = None
         self.sensor_size = (0, 0)
+        self._decoded_size = None  # the worker's view of the sensor size
 
     def _estimator_for(self, width: int, height: int):
         from veckm_flow_ros.estimator import NormalFlowEstimator
@@ -703,43 +753,95 @@ class VecKMFlowNode(Node):
                 'the estimator is slower than the input (raise target_stride or lower the '
                 'event rate)')
 
-    # -- worker thread: decode, estimate, publish --------------------------------------------
+    # -- worker thread: decode; estimate thread: estimate and publish -------------------------
 
     def _work(self):
-        if self.config['torch_threads'] > 0:
-            import torch
-            # Per thread: OpenMP thread counts are a property of the calling thread.
-            torch.set_num_threads(self.config['torch_threads'])
-        batch_events = MIN_BATCH_EVENTS
-        recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
+        """Take packets in batches, decode them and hand them to the estimate thread."""
         max_delay_s = self.config['max_queue_delay_ms'] * 1e-3
         while not self._stop.is_set():
             if max_delay_s > 0:
                 self._drop_late_packets(max_delay_s)
-            packets = self.queue.take(timeout_s=0.05, max_events=batch_events)
+            reason = self._reset_request
+            if reason is not None:  # the estimate thread failed: start the stream afresh
+                self._reset_request = None
+                self._reset_decoding()
+            packets = self.queue.take(timeout_s=0.05, max_events=self._batch_events)
             if not packets:
                 continue
-            start = time.perf_counter()
+            steps = []
             try:
-                self._process(packets)
-                # Events per second of worker time (smoothed: a batch without a ready block
-                # is cheap) -> the next batch's size.
-                recent_events = 0.9 * recent_events + sum(p.estimated_events for p in packets)
-                recent_s = 0.9 * recent_s + (time.perf_counter() - start)
-                rate = recent_events / max(recent_s, 1e-6)
-                batch_events = int(min(max(rate * BATCH_BUDGET_S, MIN_BATCH_EVENTS),
-                                       MAX_BATCH_EVENTS))
+                self._decode_batch(packets, steps)
             except Exception as error:  # noqa: B902 - the worker must survive and say why
                 if self._stop.is_set() or not self.context.ok():
-                    return  # shutting down: publishing on a shut-down context fails
+                    return
                 self.stats.add(bad_packets=len(packets))
                 self._log_throttled(
                     'error',
-                    f'failed to process {len(packets)} packet(s): {type(error).__name__}: '
+                    f'failed to decode {len(packets)} packet(s): {type(error).__name__}: '
                     f'{error}')
-                self._reset_stream(f'{type(error).__name__} while processing')
+                self._reset_stream(f'{type(error).__name__} while decoding', steps)
+            batch = DecodedBatch(steps, len(packets), sum(p.estimated_events for p in packets))
+            while not self._stop.is_set():
+                try:
+                    self._decoded.put(batch, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+
+    def _estimate_loop(self):
+        """Run the estimator on decoded batches and publish their blocks."""
+        torch_threads = self.config['torch_threads']
+        if torch_threads > 0:
+            import torch
+            # Per thread: OpenMP thread counts are a property of the calling thread.
+            torch.set_num_threads(torch_threads)
+        recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
+        while not self._stop.is_set():
+            try:
+                if self._in_flight:
+                    try:
+                        batch = self._decoded.get_nowait()
+                    except queue.Empty:
+                        # Nothing new: publish the oldest block as soon as it is done.
+                        self._publish_computed(wait_s=0.002)
+                        continue
+                else:
+                    batch = self._decoded.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            except Exception as error:  # noqa: B902 - a block computation failed
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self._estimate_failed(error, packets=0)
+                continue
+            start = time.perf_counter()
+            try:
+                self._estimate(batch.steps)
+                self._publish_computed(wait_s=0.0, everything=True)  # blocks done meanwhile
+            except Exception as error:  # noqa: B902 - the thread must survive and say why
+                if self._stop.is_set() or not self.context.ok():
+                    return  # shutting down: publishing on a shut-down context fails
+                self._estimate_failed(error, batch.packets)
             finally:
-                self.stats.add(handled_packets=len(packets))
+                self.stats.add(handled_packets=batch.packets)
+            # Events per second of estimate time (smoothed: a batch without a ready block is
+            # cheap) -> the size of the batches the worker takes.
+            recent_events = 0.9 * recent_events + batch.events
+            recent_s = 0.9 * recent_s + (time.perf_counter() - start)
+            rate = recent_events / max(recent_s, 1e-6)
+            self._batch_events = int(min(max(rate * BATCH_BUDGET_S, MIN_BATCH_EVENTS),
+                                         MAX_BATCH_EVENTS))
+
+    def _estimate_failed(self, error: Exception, packets: int):
+        """Count and log a failure of the estimator; restart the stream (estimate thread)."""
+        self.stats.add(bad_packets=packets, failed_blocks=1, estimator_resets=1)
+        self._log_throttled(
+            'error', f'failed to process {packets} packet(s): {type(error).__name__}: '
+            f'{error}; resetting the stream')
+        self._discard_computing()
+        if self.estimator is not None:
+            self.estimator.reset()
+        self._reset_request = f'{type(error).__name__} while estimating'
 
     def _drop_late_packets(self, max_delay_s: float):
         """Overload: drop whole packets queued longer than max_delay_s, oldest first."""
@@ -754,26 +856,44 @@ class VecKMFlowNode(Node):
             'the input (raise target_stride or lower the event rate)')
 
     def _process(self, packets: List[QueuedPacket]):
-        """
-        Decode the packets one by one, then estimate and publish them in one push.
+        """Decode, estimate and publish packets in the calling thread (what the threads do)."""
+        steps = []
+        self._decode_batch(packets, steps)
+        self._estimate(steps)
+        self._publish_computed(wait_s=None, everything=True)
 
-        One push per batch instead of one per packet (per-push overhead, fewer GIL hand-offs),
-        with the same result as pushing packet by packet, as replay does: the time sync is
-        updated per packet, and each block is stamped with the sync as it was after the packet
-        that completed the block's context (the first whose newest event reached the block's
-        ready_ns), so node and replay stamp the same input alike. Blocks are published as they
-        are computed. A stream restart or sensor size change pushes what came before it first.
+    def _decode_batch(self, packets: List[QueuedPacket], steps: list):
+        """
+        Decode the packets one by one into estimator steps (appended to `steps`).
+
+        Steps: ('push', events, newest, marks) -- one per batch instead of one per packet
+        (per-push overhead, fewer GIL hand-offs), with the same result as pushing packet by
+        packet, as replay does: the time sync is updated per packet, and each block is stamped
+        with the sync as it was after the packet that completed the block's context (the first
+        whose newest event reached the block's ready_ns; marks per packet: newest sensor time
+        so far, sensor->ROS offset, frame id); ('reset', reason) after a stream restart;
+        ('size', width, height) when the sensor size is first known or changes. A restart or
+        size change pushes what came before it first.
         """
         pending = []  # decoded events of this batch, not pushed yet
-        marks = []  # per pending packet: (newest sensor time so far, sensor->ROS offset, frame)
+        marks = []
+
+        def flush():
+            if pending:
+                events = pending[0] if len(pending) == 1 else EventArray.concatenate(pending)
+                steps.append(('push', events, list(marks)))
+                pending.clear()
+                marks.clear()
+
         for packet in packets:
             if self._stop.is_set():
                 return
             if self._went_back(packet):
                 # Before decoding: a stateful decoder (evt3) would read the new stream's first
                 # packet with the old stream's time state.
-                self._push_and_publish(pending, marks)
-                self._reset_stream('the stream restarted (header stamp or seq went back)')
+                flush()
+                self._reset_stream('the stream restarted (header stamp or seq went back)',
+                                   steps)
             if self._last_seq is not None and packet.seq > self._last_seq + 1:
                 self.decoder.resync()  # lost upstream or dropped here: evt3 time is stale
             self._last_stamp_ns = packet.stamp_ns
@@ -783,12 +903,13 @@ class VecKMFlowNode(Node):
                 continue
             if (self._last_sensor_t_ns is not None
                     and int(events.t_ns[0]) < self._last_sensor_t_ns - RESTART_TOLERANCE_NS):
-                self._push_and_publish(pending, marks)
-                self._reset_stream('the stream restarted (sensor time went back)')
+                flush()
+                self._reset_stream('the stream restarted (sensor time went back)', steps)
                 self._last_stamp_ns, self._last_seq = packet.stamp_ns, packet.seq
-            if self.estimator is None or self.sensor_size != (packet.width, packet.height):
-                self._push_and_publish(pending, marks)
-                self._estimator_for(packet.width, packet.height)
+            if self._decoded_size != (packet.width, packet.height):
+                flush()
+                self._decoded_size = (packet.width, packet.height)
+                steps.append(('size', packet.width, packet.height))
             self.timesync.update(packet.stamp_ns, events)
             self._last_sensor_t_ns = int(events.t_ns[-1])
             newest = int(events.t_ns.max())
@@ -796,25 +917,79 @@ class VecKMFlowNode(Node):
                 newest = max(newest, marks[-1][0])
             pending.append(events)
             marks.append((newest, self.timesync.to_ros_ns(0), packet.frame_id))
-        self._push_and_publish(pending, marks)
+        flush()
 
-    def _push_and_publish(self, pending: list, marks: list):
-        """Push the pending events at once, publish the blocks; empties both lists."""
-        if not pending:
-            return
-        events = pending[0] if len(pending) == 1 else EventArray.concatenate(pending)
+    def _estimate(self, steps: list):
+        """Run decoded steps through the estimator and publish the blocks (estimate thread)."""
+        for step in steps:
+            if self._stop.is_set():
+                return
+            if step[0] in ('size', 'reset'):
+                # The blocks being computed belong to the stream before: publish them first.
+                self._publish_computed(wait_s=None, everything=True)
+            if step[0] == 'size':
+                self._estimator_for(step[1], step[2])
+            elif step[0] == 'reset':
+                if self.estimator is not None:
+                    self.estimator.reset()
+            else:
+                self._push_and_publish(step[1], step[2])
+
+    def _push_and_publish(self, events: EventArray, marks: list):
+        """Push the events at once; publish the blocks as they are computed, in order."""
         newest = np.array([mark[0] for mark in marks], dtype=np.int64)
-        try:
+        if self._compute_pool is None:
             for block in self.estimator.push_iter(events):
                 if self._stop.is_set():
                     return
-                # The packet that completed this block (the last one if none did: a flush).
-                k = min(int(np.searchsorted(newest, block.ready_ns)), len(marks) - 1)
-                _, offset_ns, self._frame_id = marks[k]
-                self._publish_block(block, offset_ns)
-        finally:
-            pending.clear()
-            marks.clear()
+                self._publish_marked(block, newest, marks)
+            return
+        # Blocks computed by the pool, at most compute_threads at once (each job holds a
+        # copy of its context: memory stays bounded), published in order. While the node
+        # keeps up (nothing computing, no batch waiting) a block is computed here, its ops
+        # spread over this thread's torch threads: the lowest latency.
+        for job in self.estimator.push_jobs(events):
+            if self._stop.is_set():
+                return
+            if self._inline_when_idle and not self._in_flight and self._decoded.empty():
+                self._publish_marked(job(), newest, marks)
+                continue
+            self._in_flight.append((self._compute_pool.submit(job), newest, marks))
+            while len(self._in_flight) > self._compute_threads:
+                self._publish_computed(wait_s=None)
+            self._publish_computed(wait_s=0.0, everything=True)
+
+    def _publish_computed(self, wait_s: Optional[float], everything: bool = False):
+        """
+        Publish computed blocks in order, stopping at the first one not done.
+
+        The oldest block is waited for up to wait_s (None: until done); with everything=True
+        the ones after it that are done are published too.
+        """
+        while self._in_flight:
+            future, newest, marks = self._in_flight[0]
+            if not future.done():
+                if wait_s is not None and wait_s <= 0.0:
+                    return
+                concurrent.futures.wait([future], timeout=wait_s)
+                if not future.done():
+                    return
+            self._in_flight.popleft()
+            self._publish_marked(future.result(), newest, marks)  # raises a job's error
+            if not everything:
+                return
+
+    def _discard_computing(self):
+        """Forget the blocks being computed (after a failure); waits for their threads."""
+        futures = [future for future, _, _ in self._in_flight]
+        self._in_flight.clear()
+        concurrent.futures.wait(futures)
+
+    def _publish_marked(self, block, newest: np.ndarray, marks: list):
+        """Publish a block stamped by the packet that completed it (the last if none did)."""
+        k = min(int(np.searchsorted(newest, block.ready_ns)), len(marks) - 1)
+        _, offset_ns, self._frame_id = marks[k]
+        self._publish_block(block, offset_ns)
 
     def _went_back(self, packet: QueuedPacket) -> bool:
         """Header stamp or seq going back means a new stream (bag loop, driver restart)."""
@@ -861,17 +1036,20 @@ class VecKMFlowNode(Node):
         if self._image_wanted:
             self._keep_for_image(points)
 
-    def _reset_stream(self, reason: str):
-        """Forget decoder, time mapping and estimator state; counted and logged."""
+    def _reset_decoding(self):
+        """Forget the decoder's and the time sync's state (worker thread)."""
         from veckm_flow_ros.decode import PacketDecoder
         from veckm_flow_ros.timesync import TimeSync
         self.decoder = PacketDecoder()
         self.timesync = TimeSync()
-        if self.estimator is not None:
-            self.estimator.reset()
         self._last_stamp_ns = None
         self._last_seq = None
         self._last_sensor_t_ns = None
+
+    def _reset_stream(self, reason: str, steps: list):
+        """Forget decoder and time sync now, the estimator's state in step; counted, logged."""
+        self._reset_decoding()
+        steps.append(('reset', reason))
         self.stats.add(estimator_resets=1)
         self._log_throttled(
             'info', f'resetting decoder, time sync and estimator: {reason}', period_s=1.0)
@@ -917,7 +1095,7 @@ class VecKMFlowNode(Node):
         period = report['period']
         level = DiagnosticStatus.OK
         message = 'ok'
-        if period['dropped_packets'] or period['bad_packets']:
+        if period['dropped_packets'] or period['bad_packets'] or period['failed_blocks']:
             level, message = DiagnosticStatus.WARN, 'dropping input (over capacity or bad)'
         elif period['missed_packets']:
             level, message = DiagnosticStatus.WARN, 'sequence gaps in the input'
@@ -934,6 +1112,7 @@ class VecKMFlowNode(Node):
             'packets lost upstream (total)': str(totals['missed_packets']),
             'dropped packets (total)': str(totals['dropped_packets']),
             'bad packets (total)': str(totals['bad_packets']),
+            'failed block computations (total)': str(totals['failed_blocks']),
             'decode problems (total)': str(totals['decode_problems']),
             'stream resets (total)': str(totals['estimator_resets']),
             'estimator dropped events (total)': str(self._estimator_drops()),
@@ -971,9 +1150,11 @@ class VecKMFlowNode(Node):
             self._receive_wake.trigger()
         except Exception:  # noqa: B902 - context already shut down: the thread sees it anyway
             pass
-        for thread in (self._receiver, worker):
+        for thread in (self._receiver, worker, self._estimate_thread):
             if thread.is_alive():
                 thread.join(timeout_s)
+        if self._compute_pool is not None:
+            self._compute_pool.shutdown(wait=True, cancel_futures=True)
 
     def destroy_node(self):
         self.stop_worker()
@@ -981,6 +1162,30 @@ class VecKMFlowNode(Node):
         if wake is not None:
             wake.destroy()
         return super().destroy_node()
+
+
+def compute_threads(config: dict) -> Tuple[int, int]:
+    """
+    Return (blocks computed at once, torch threads of each) for the node's parameters.
+
+    Automatic (0): on the CPU min(cores, 4) blocks at once, the cores shared out among them
+    (on 2 cores: two blocks, one thread each -- no idle core while one thread is in Python or
+    in a serial part of an op); on CUDA one (the GPU runs the ops).
+    """
+    cores = os.cpu_count() or 1
+    count = config['compute_threads']
+    if config['device'] != 'cpu':
+        count = 1
+    elif count == 0:
+        count = min(cores, 4)
+    threads = config['torch_threads'] or max(1, cores // count)
+    return count, threads
+
+
+def _set_torch_threads(count: int):
+    """Thread initializer of the compute pool: torch threads of the calling thread."""
+    import torch
+    torch.set_num_threads(count)
 
 
 def check_model_fits(model, config: dict):
