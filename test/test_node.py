@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -788,12 +789,23 @@ def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
         node._worker.join(5)
         node._estimate_thread.join(5)
         node._stop.clear()
+        ran_in = []
+
+        def recording(job):
+            def run():
+                ran_in.append(threading.current_thread().name)
+                return job()
+            return run
         steps = []
         node._decode_batch(queued, steps)
-        node._estimate(steps)
-        if compute_threads > 1:
-            assert len(node._in_flight) >= 2  # several blocks were being computed at once
+        node._estimator_for(640, 480)
+        push_jobs = node.estimator.push_jobs
+        node.estimator.push_jobs = lambda events: map(recording, push_jobs(events))
+        node._estimate([step for step in steps if step[0] != 'size'])
         node._publish_computed(wait_s=None, everything=True)
+        if compute_threads > 1:  # several pool threads computed blocks
+            assert all(name.startswith('veckm_flow_compute') for name in ran_in)
+            assert len(set(ran_in)) >= 2
         assert harness.spin_until(lambda: len(harness.clouds) >= 25, 10.0)
         harness.spin_for(0.3)
         outputs.append([(flow_node.stamp_to_ns(c.header.stamp), bytes(c.data))
