@@ -453,8 +453,8 @@ def main(argv=None):
                         help='wall time per published message [ms]: at speed s a message holds '
                         's x this much sensor time (a driver cuts packets by time)')
     parser.add_argument('--torch-threads', type=int, default=0)
-    parser.add_argument('--compute-threads', type=int, default=1,
-                        help="the node's compute_threads (blocks computed at once)")
+    parser.add_argument('--compute-threads', type=int, default=0,
+                        help="the node's compute_threads (blocks computed at once; 0 = auto)")
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
