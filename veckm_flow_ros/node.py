@@ -837,8 +837,8 @@ class VecKMFlowNode(Node):
         """Count and log a failure of the estimator; restart the stream (estimate thread)."""
         self.stats.add(bad_packets=packets, failed_blocks=1, estimator_resets=1)
         self._log_throttled(
-            'error', f'failed to process {packets} packet(s): {type(error).__name__}: '
-            f'{error}; resetting the stream')
+            'error', f'computing flow failed ({packets} packet(s) in the batch being '
+            f'handled): {type(error).__name__}: {error}; resetting the stream')
         self._discard_computing()
         if self.estimator is not None:
             self.estimator.reset()
@@ -867,7 +867,7 @@ class VecKMFlowNode(Node):
         """
         Decode the packets one by one into estimator steps (appended to `steps`).
 
-        Steps: ('push', events, newest, marks) -- one per batch instead of one per packet
+        Steps: ('push', events, marks) -- one per batch instead of one per packet
         (per-push overhead, fewer GIL hand-offs), with the same result as pushing packet by
         packet, as replay does: the time sync is updated per packet, and each block is stamped
         with the sync as it was after the packet that completed the block's context (the first

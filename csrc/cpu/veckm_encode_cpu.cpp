@@ -216,6 +216,16 @@ const PixelPhasors& cached_pixel_phasors(int64_t width, int64_t height, int64_t 
   return cache.phasors;
 }
 
+// The table row of the coarse phasor nearest to time `units` (cos | sin, phasors.d each), and
+// the remaining angle per unit frequency (|remainder * T| <= 1/16 rad).
+inline const float* coarse_time_phasor(const TimePhasors& phasors, double units,
+                                       float* remainder) {
+  const double offset = (units - phasors.origin) * phasors.inv_step;
+  const auto q = static_cast<int64_t>(offset + 0.5);
+  *remainder = static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
+  return phasors.table.data() + q * 2 * phasors.d;
+}
+
 // out[k] (re | im) = sum over the events of exp(i time phase) [direct or tabulated], for the
 // phasors.d (= the time-frequency period) distinct time frequencies; units: the events' times
 // (tau units), contiguous.
@@ -243,11 +253,9 @@ VECKM_CPU_CLONES void sum_time_phasors(const double* units_of_events, int32_t co
     return;
   }
   for (int32_t e = 0; e < count; ++e) {
-    const double offset = (units_of_events[e] - phasors.origin) * phasors.inv_step;
-    const auto q = static_cast<int64_t>(offset + 0.5);
-    const auto remainder =
-        static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
-    const float* __restrict__ coarse_re = phasors.table.data() + q * 2 * d;
+    float remainder;
+    const float* __restrict__ coarse_re =
+        coarse_time_phasor(phasors, units_of_events[e], &remainder);
     const float* __restrict__ coarse_im = coarse_re + d;
     for (int64_t k = 0; k < d; ++k) {
       float c, s;
@@ -335,11 +343,8 @@ VECKM_CPU_CLONES void finish_target_events(int64_t begin, int64_t end, const int
         unit_phasor(time_phase(units, freq_t[o]), &cos_t[o], &sin_t[o]);
       }
     } else {
-      const double offset = (units - phasors.origin) * phasors.inv_step;
-      const auto q = static_cast<int64_t>(offset + 0.5);
-      const auto remainder =
-          static_cast<float>((offset - static_cast<double>(q)) * phasors.step);
-      const float* __restrict__ coarse_re = phasors.table.data() + q * 2 * period;
+      float remainder;
+      const float* __restrict__ coarse_re = coarse_time_phasor(phasors, units, &remainder);
       const float* __restrict__ coarse_im = coarse_re + period;
       for (int64_t o = 0; o < period; ++o) {
         float fine_c, fine_s;
