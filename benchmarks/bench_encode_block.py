@@ -33,7 +33,7 @@ from veckm_flow_ros import ops
 
 
 def recorded_blocks(model, speed, stride, block_ms):
-    """Inputs of the estimator's encode calls for the demo scene at `speed` x its rate."""
+    """Record the inputs of the estimator's encode calls on the demo scene at `speed` x."""
     from bench_estimator import compressed_stream
     from veckm_flow_ros.estimator import NormalFlowEstimator
     calls = []
