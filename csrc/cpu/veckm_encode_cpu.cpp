@@ -18,7 +18,9 @@
 // encode, in four passes (cost O(N D + M D + rows x W D), independent of the radius r):
 //  1. group the in-image events by pixel (two counting sorts, by x then y: O(N + W + H)):
 //     "slots"; only slots within r rows of a target row are used below;
-//  2. Q_slot[k] = sum over its events of exp(i time phase) times exp(i pixel phase);
+//  2. Q_slot[k] = sum over its events of exp(i time phase) times exp(i pixel phase), computed
+//     as its row enters the window of pass 3 and kept in a ring of 2r + 1 rows (cache-sized,
+//     instead of all slots' Q through memory);
 //  3. for every row holding target pixels, slide a (2r+1)-row window of float64 column sums
 //     of Q down the image (adding entering rows, subtracting leaving ones), then slide a
 //     (2r+1)-column running sum along the row to each target pixel: the box sum, computed
@@ -28,10 +30,10 @@
 // call's time span (float64-wrapped entries) times a small-angle series, pixel phasors the
 // product of per-column and per-row tables (cached per thread for the same sensor and model);
 // both agree with the direct unit_phasor to ~2e-7; time phasors are computed once per
-// distinct time frequency (time_frequency_period: 16 of 64 for a C4 model). Large scratch buffers are reused per thread
-// (a streaming caller makes hundreds of calls per second; fresh pages fault).
-// Parallel over slots, bands of target rows and targets: a few parts per thread, taken
-// dynamically (parallel.h).
+// distinct time frequency (time_frequency_period: 16 of 64 for a C4 model). Large scratch
+// buffers are reused per thread (a streaming caller makes hundreds of calls per second; fresh
+// pages fault). Parallel over bands of target rows and over targets: a few parts per thread,
+// taken dynamically (parallel.h).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -363,23 +365,33 @@ VECKM_CPU_CLONES void finish_target_events(int64_t begin, int64_t end, const int
   }
 }
 
-// The per-call inputs of pass 3.
+// The per-call inputs of passes 2-3.
 struct PoolInputs {
   const PixelSlots* slots;
   const std::vector<int32_t>* target_of_slot;
-  const float* slot_embed;
-  const int32_t* slot_count;
+  const double* slot_units;  // event times in slot order (tau units)
+  const TimePhasors* time_phasors;
+  const float* freq_t;
   const PixelPhasors* pixel;
   int64_t width, height, radius, d;
 };
 
-// Pass 3 for the target rows [row_begin, row_end) of target_rows: box sum per target pixel,
-// normalised (everything but the target's own time phase), and its count.
+// Passes 2-3 for the target rows [row_begin, row_end) of target_rows: box sum per target
+// pixel, normalised (everything but the target's own time phase), and its count. A row's slot
+// embeddings Q are computed when the row enters the sliding window and kept in a ring of
+// 2r + 1 rows until it leaves (a whole call's Q, 512 B per pixel with events, was tens of MB
+// written and read twice through memory).
 void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_rows,
                       int64_t row_begin, int64_t row_end, float* pooled, int32_t* pooled_count) {
   const PixelSlots& slots = *in.slots;
   const int64_t d = in.d, width = in.width, height = in.height, radius = in.radius;
   const int64_t channels = 2 * d;
+  const int64_t ring_rows = 2 * radius + 1;
+  thread_local std::vector<float> ring_buffer;  // [ring_rows][width][channels], reused
+  if (static_cast<int64_t>(ring_buffer.size()) < ring_rows * width * channels) {
+    ring_buffer.resize(ring_rows * width * channels);
+  }
+  std::vector<float> time_sum(2 * in.time_phasors->d);
   // Column sums, kept all-zero between uses (only the touched columns are cleared), per
   // thread: a call with scattered target rows restarts often, and clearing whole image rows of
   // 2D float64 each time would cost more than the sums.
@@ -405,15 +417,26 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
   std::vector<double> box(channels, 0.0);
   int64_t window_low = 0, window_high = -1;  // rows currently summed into column_sum
 
+  // sign > 0: embed the row's slots into the ring and add them; < 0: subtract them.
   auto add_row = [&](int64_t row, double sign) {
-    for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
+    const int32_t row_start = slots.row_slot_start[row];
+    float* ring = ring_buffer.data() + (row % ring_rows) * width * channels;
+    for (int32_t s = row_start; s < slots.row_slot_start[row + 1]; ++s) {
       const int64_t column = slots.slot_x[s];
+      const int32_t first = slots.slot_start[s];
+      const int32_t count = slots.slot_start[s + 1] - first;
+      float* embedding = ring + (s - row_start) * channels;
+      if (sign > 0) {
+        embed_slot(in.slot_units + first, count, *in.time_phasors, in.freq_t, d,
+                   in.pixel->column.data() + column * channels,
+                   in.pixel->row.data() + row * channels, time_sum.data(), embedding);
+      }
       if (!is_touched[column]) {
         is_touched[column] = 1;
         touched.push_back(static_cast<int32_t>(column));
       }
-      accumulate(&column_sum[column * channels], in.slot_embed + s * channels, channels, sign);
-      column_count[column] += sign > 0 ? in.slot_count[s] : -in.slot_count[s];
+      accumulate(&column_sum[column * channels], embedding, channels, sign);
+      column_count[column] += sign > 0 ? count : -count;
     }
   };
 
@@ -470,12 +493,11 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
   clear_columns();
 }
 
-// The two large per-call buffers (slot embeddings, pooled target pixels) are kept per calling
-// thread and reused: a streaming caller makes hundreds of calls per second, and fresh pages of
-// a large allocation cost a page fault each. They hold the largest call's size (64 complex
-// floats = 512 B per pixel with events).
+// The large per-call buffer (pooled target pixels) is kept per calling thread and reused: a
+// streaming caller makes hundreds of calls per second, and fresh pages of a large allocation
+// cost a page fault each. It holds the largest call's size (64 complex floats = 512 B per
+// target pixel).
 struct EncodeScratch {
-  std::vector<float> slot_embed;
   std::vector<float> pooled;
 };
 
@@ -568,12 +590,6 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
       }
     }
   }
-  // Rows within r of a target row are read by the box sums; the others are skipped.
-  std::vector<uint8_t> row_needed(height, 0);
-  for (const int32_t row : target_rows) {
-    const int64_t high = std::min<int64_t>(row + pixel_radius, height - 1);
-    for (int64_t r = std::max<int64_t>(row - pixel_radius, 0); r <= high; ++r) row_needed[r] = 1;
-  }
 
   // Phasor tables: time (over the span of the in-image events) and pixel axes.
   double u_min = 0.0, u_max = 0.0;
@@ -590,43 +606,28 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   const PixelPhasors& pixel =
       cached_pixel_phasors(width, height, pixel_radius, freq_x_ptr, freq_y_ptr, d);
 
-  // 2. Q per slot of the needed rows.
   EncodeScratch& scratch = thread_scratch();
-  std::vector<float>& slot_embed = scratch.slot_embed;
-  slot_embed.resize(num_slots * channels);
-  std::vector<int32_t> slot_count(num_slots);
-  // Cost of a slot: its events plus the pixel product; zero in rows nobody reads.
-  std::vector<int64_t> slot_cost(num_slots + 1, 0);
-  for (int64_t s = 0; s < num_slots; ++s) {
-    slot_cost[s + 1] = slot_cost[s] + (row_needed[slots.slot_y[s]]
-                                           ? slots.slot_start[s + 1] - slots.slot_start[s] + 4
-                                           : 0);
-  }
-  parallel_by_cost(slot_cost, 1024, [&](int64_t begin, int64_t end) {
-    std::vector<float> time_sum(2 * time_period);
-    for (int64_t s = begin; s < end; ++s) {
-      const int32_t first = slots.slot_start[s];
-      slot_count[s] = slots.slot_start[s + 1] - first;
-      if (!row_needed[slots.slot_y[s]]) continue;
-      embed_slot(slot_units.data() + first, slot_count[s],
-                 time_phasors, freq_t_ptr, d, pixel.column.data() + slots.slot_x[s] * channels,
-                 pixel.row.data() + slots.slot_y[s] * channels, time_sum.data(),
-                 slot_embed.data() + s * channels);
-    }
-  });
 
-  // 3. Box sums per target pixel, in bands of target rows (each band restarts its sums).
+  // 2-3. Q per slot of the rows read, and box sums per target pixel, in bands of target rows
+  // (each band restarts its sums).
   std::vector<float>& pooled = scratch.pooled;
   pooled.resize(static_cast<int64_t>(num_target_slots) * channels);
   std::vector<int32_t> pooled_count(num_target_slots, 0);
-  const PoolInputs inputs{&slots, &target_of_slot, slot_embed.data(), slot_count.data(), &pixel,
-                          width, height, pixel_radius, d};
-  // Cost of a target row: the slots of the rows entering and leaving its window plus its
-  // target pixels (each a box slide or restart of up to 2r + 1 columns).
+  const PoolInputs inputs{&slots,        &target_of_slot, slot_units.data(), &time_phasors,
+                          freq_t_ptr,    &pixel,          width,             height,
+                          pixel_radius,  d};
+  // Cost of a target row: embedding the row entering its window (its events and slots), the
+  // slots of the row leaving it, and its target pixels (each a box slide or restart of up to
+  // 2r + 1 columns).
   const auto num_target_rows = static_cast<int64_t>(target_rows.size());
   auto slots_in_row = [&](int64_t row) -> int64_t {
     if (row < 0 || row >= height) return 0;
     return slots.row_slot_start[row + 1] - slots.row_slot_start[row];
+  };
+  auto events_in_row = [&](int64_t row) -> int64_t {
+    if (row < 0 || row >= height) return 0;
+    return slots.slot_start[slots.row_slot_start[row + 1]] -
+           slots.slot_start[slots.row_slot_start[row]];
   };
   std::vector<int64_t> row_cost(num_target_rows + 1, 0);
   for (int64_t i = 0; i < num_target_rows; ++i) {
@@ -635,7 +636,8 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
     for (int32_t s = slots.row_slot_start[row]; s < slots.row_slot_start[row + 1]; ++s) {
       targets_in_row += target_of_slot[s] >= 0;
     }
-    row_cost[i + 1] = row_cost[i] + slots_in_row(row + pixel_radius) +
+    row_cost[i + 1] = row_cost[i] + 3 * slots_in_row(row + pixel_radius) +
+                      events_in_row(row + pixel_radius) +
                       slots_in_row(row - pixel_radius - 1) + 4 * targets_in_row + 1;
   }
   parallel_by_cost(row_cost, 256, [&](int64_t begin, int64_t end) {
