@@ -71,15 +71,17 @@ void parallel_balanced(int64_t count, int64_t min_chunk, const F& fn) {
 
 // fn(begin, end) over items [0, count), cut into parts of about equal estimated cost
 // (cost_prefix[i]: summed cost of the items before i; size count + 1), each at least
-// min_part_cost, at most kPartsPerThread per thread, dynamically scheduled.
+// min_part_cost, at most parts_per_thread per thread (one part on one thread: a part may
+// have a start-up cost), dynamically scheduled.
 template <typename F>
 void parallel_by_cost(const std::vector<int64_t>& cost_prefix, int64_t min_part_cost,
-                      const F& fn) {
+                      const F& fn, int64_t parts_per_thread = kPartsPerThread) {
   const auto count = static_cast<int64_t>(cost_prefix.size()) - 1;
   if (count <= 0) return;
   const int64_t total = cost_prefix.back();
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   const int64_t parts = std::max<int64_t>(
-      1, std::min<int64_t>({at::get_num_threads() * kPartsPerThread, count,
+      1, std::min<int64_t>({threads == 1 ? 1 : threads * parts_per_thread, count,
                             total / std::max<int64_t>(min_part_cost, 1)}));
   if (parts == 1) {
     fn(0, count);

@@ -640,9 +640,14 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
                       events_in_row(row + pixel_radius) +
                       slots_in_row(row - pixel_radius - 1) + 4 * targets_in_row + 1;
   }
-  parallel_by_cost(row_cost, 256, [&](int64_t begin, int64_t end) {
-    pool_target_rows(inputs, target_rows, begin, end, pooled.data(), pooled_count.data());
-  });
+  // Two bands per thread: each band starts by embedding and summing the 2r + 1 rows of its
+  // first window again.
+  parallel_by_cost(
+      row_cost, 256,
+      [&](int64_t begin, int64_t end) {
+        pool_target_rows(inputs, target_rows, begin, end, pooled.data(), pooled_count.data());
+      },
+      2);
 
   // 4. Per target event: its own time phase.
   parallel_balanced(m, 256, [&](int64_t begin, int64_t end) {
