@@ -567,7 +567,8 @@ class VecKMFlowNode(Node):
         # Decoded batches on their way from the worker to the estimate thread.
         self._decoded = queue.Queue(maxsize=MAX_DECODED_BATCHES)
         self._batch_events = MIN_BATCH_EVENTS  # set by the estimate thread from its speed
-        self._reset_request = None  # set by the estimate thread when it failed
+        # Set by the estimate thread when it failed: the worker restarts its decoding too.
+        self._restart_decoding = threading.Event()
         # Blocks being computed by the pool (compute_threads > 1): (future, newest, marks).
         self._in_flight = collections.deque()
         self._compute_pool = None
@@ -762,9 +763,8 @@ class VecKMFlowNode(Node):
         while not self._stop.is_set():
             if max_delay_s > 0:
                 self._drop_late_packets(max_delay_s)
-            reason = self._reset_request
-            if reason is not None:  # the estimate thread failed: start the stream afresh
-                self._reset_request = None
+            if self._restart_decoding.is_set():  # the estimate thread failed: start afresh
+                self._restart_decoding.clear()
                 self._reset_decoding()
             packets = self.queue.take(timeout_s=0.05, max_events=self._batch_events)
             if not packets:
@@ -842,7 +842,7 @@ class VecKMFlowNode(Node):
         self._discard_computing()
         if self.estimator is not None:
             self.estimator.reset()
-        self._reset_request = f'{type(error).__name__} while estimating'
+        self._restart_decoding.set()
 
     def _drop_late_packets(self, max_delay_s: float):
         """Overload: drop whole packets queued longer than max_delay_s, oldest first."""
