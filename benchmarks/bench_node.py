@@ -92,7 +92,9 @@ def real_packets(loops: int, packet_ns: int, compress: float = 1.0):
     events = EventArray.concatenate(chunks)
     t_ns = (events.t_ns - events.t_ns[0]) // compress + 100_000_000
     t_ns = (t_ns // 1000) * 1000  # evt3 keeps microseconds
-    period_ns = int(t_ns[-1]) + packet_ns
+    # Seamless: the next loop's first event 1 us after this loop's last (a gap here would
+    # hold every block at the seam until the next event, in the latency percentiles).
+    period_ns = int(t_ns[-1] - t_ns[0]) + 1000
     looped = EventArray(np.concatenate([t_ns + k * period_ns for k in range(loops)]),
                         np.tile(events.x, loops), np.tile(events.y, loops),
                         np.tile(events.p, loops))

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from veckm_flow_ros import evaluate, metrics
+from veckm_flow_ros.estimator import automatic_block_s
 from veckm_flow_ros.model import list_shipped_models, load_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -133,9 +134,9 @@ def main(argv=None):
     parser.add_argument('--mean-flow', action='store_true',
                         help='also score each of our models with the rotation-ensemble mean '
                              'as its flow (name + " mean4")')
-    parser.add_argument('--block-ms', type=float, default=5.0,
-                        help='estimator block length [ms] for the held-out set (default 5; '
-                             'the node and replay default to 20)')
+    parser.add_argument('--block-ms', type=float, default=0.0,
+                        help='estimator block length [ms] for the held-out set; 0 (default): '
+                             "each model's automatic block, 2 tau, as the node and replay")
     parser.add_argument('--out', type=pathlib.Path, default=None)
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
@@ -159,12 +160,15 @@ def main(argv=None):
     _log(f'held-out set: {len(sequences)} sequences, '
          f'{sum(len(s) for s in sequences.values())} events '
          f'({time.perf_counter() - start:.0f} s to simulate)')
-    block_s = args.block_ms * 1e-3
-    methods = {name: evaluate.model_method(model, block_s) for name, model in ours.items()}
+
+    def block_s(model):
+        return args.block_ms * 1e-3 or automatic_block_s(model.tau_s)
+    methods = {name: evaluate.model_method(model, block_s(model)) for name, model in ours.items()}
     if args.mean_flow:
-        methods.update({f'{name} mean4': evaluate.model_method(model, block_s, mean_flow=True)
+        methods.update({f'{name} mean4': evaluate.model_method(model, block_s(model),
+                                                               mean_flow=True)
                         for name, model in ours.items()})
-    methods.update({f'published {name}': evaluate.model_method(model, block_s)
+    methods.update({f'published {name}': evaluate.model_method(model, block_s(model))
                     for name, model in published.items()})
     if not args.no_planefit:
         methods['plane fit'] = evaluate.planefit_method()
@@ -209,7 +213,7 @@ def main(argv=None):
     # Confidence curve of each of our models.
     results['confidence'] = {}
     for name, model in ([] if args.skip_confidence else ours.items()):
-        method = evaluate.model_method(model, block_s, with_confidence=True)
+        method = evaluate.model_method(model, block_s(model), with_confidence=True)
         flows, scores = [], []
         for sequence in sequences.values():
             prediction = method(sequence)

@@ -192,6 +192,18 @@ def test_target_stride_and_cap():
     assert sum(len(block) for block in blocks) == capped.flows_out
 
 
+def test_target_stride_counts_events_dropped_outside_the_image():
+    """Every k-th stream index is a target also where outside events leave index gaps."""
+    events = random_stream(n=12000)
+    outside = np.zeros(len(events), bool)
+    outside[np.random.default_rng(5).choice(len(events), 700, replace=False)] = True
+    events.x[outside] = WIDTH + 3  # dropped as outside the image, but counted in the stream
+    strided = run_chunked(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, target_stride=4),
+                          events, seed=3)
+    expected = np.arange(len(events))
+    np.testing.assert_array_equal(strided.event_index, expected[~outside & (expected % 4 == 0)])
+
+
 def test_buffer_is_bounded_and_drops_are_counted():
     # 30k events within 1 ms: no block is ready before the buffer overflows.
     rng = np.random.default_rng(3)

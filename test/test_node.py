@@ -316,6 +316,17 @@ def test_model_that_does_not_fit_fails_at_start_up(ros_context, model_path):
             Parameter('model', value=model_path), Parameter('tau_ms', value=12.0)])
 
 
+def test_the_automatic_block_is_the_models_context_slice(harness_factory):
+    """block_ms 0 (the default): 2 tau centred (the context is the block), tau causal."""
+    for causal, taus in ((False, 2), (True, 1)):
+        node = harness_factory(causal=causal).node
+        tau_ms = node.model.tau_s * 1e3
+        assert node.config['block_ms'] == 0.0 and node.block_ms == pytest.approx(taus * tau_ms)
+        estimator = node._estimator_for(640, 480)
+        assert estimator.block_ns == round(taus * tau_ms * 1e6)
+    assert harness_factory(block_ms=5.0).node._estimator_for(640, 480).block_ns == 5_000_000
+
+
 def test_console_entry_point_reports_start_up_errors_without_traceback(model_path):
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     result = subprocess.run(
@@ -654,7 +665,7 @@ def test_only_the_image_scale_changes_at_run_time(harness_factory):
     for name, value in (('block_ms', 2.0), ('model', 'other'), ('image_rate_hz', 5.0)):
         assert not node.set_parameters([Parameter(name, value=value)])[0].successful, name
     assert not node.set_parameters([Parameter('image_max_speed_px_s', value=-1.0)])[0].successful
-    assert node.config['block_ms'] == 20.0 and node.config['image_max_speed_px_s'] == 500.0
+    assert node.config['block_ms'] == 0.0 and node.config['image_max_speed_px_s'] == 500.0
 
 
 def _clouds_by_pass(clouds):

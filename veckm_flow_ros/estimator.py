@@ -95,6 +95,20 @@ class FlowBlock:
                          valid=None if blocks[0].valid is None else join('valid'))
 
 
+def automatic_block_s(tau_s: float, causal: bool = False) -> float:
+    """
+    Return the block length [s] the node and replay use by default (block_ms 0).
+
+    Centred: 2 tau, the model's context slice. The context is then the block itself, so each
+    event is embedded and pooled once (a shorter block re-encodes the same context for every
+    block it overlaps: 1.6x at 20 ms for tau = 16 ms); the shipped models lose 0.4 %Pos
+    there against 20 ms blocks (model card). Latency: the newest flow of a block waits only
+    for processing, the oldest 2 tau. Causal: tau (a causal block of 2 tau would be the
+    centred block).
+    """
+    return tau_s if causal else 2.0 * tau_s
+
+
 def _check_int(name, value, low, high):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
             or not low <= value <= high:
@@ -399,9 +413,19 @@ class NormalFlowEstimator:
 
     def _select_targets(self, first, stop):
         """Buffer positions of the block's targets (block = positions [first, stop))."""
-        targets = np.arange(first, stop, dtype=np.int64)
-        if self.target_stride > 1:
-            targets = targets[self._events.index[first:stop] % self.target_stride == 0]
+        stride = self.target_stride
+        if stride == 1:
+            targets = np.arange(first, stop, dtype=np.int64)
+        else:
+            index = self._events.index[first:stop]
+            if int(index[-1]) - int(index[0]) == stop - 1 - first and \
+                    bool(np.all(index[1:] > index[:-1])):
+                # Consecutive stream indices (the usual case): every stride-th position, no
+                # per-event integer division.
+                targets = np.arange(first + (-int(index[0])) % stride, stop, stride,
+                                    dtype=np.int64)
+            else:
+                targets = first + np.flatnonzero(index % stride == 0)
         if self.max_flows_per_block and len(targets) > self.max_flows_per_block:
             keep = np.linspace(0, len(targets) - 1, self.max_flows_per_block).round()
             targets = targets[keep.astype(np.int64)]

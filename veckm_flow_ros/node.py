@@ -154,9 +154,11 @@ PARAMETERS = (
     ParameterSpec('tau_ms', 0.0, 'Expected temporal radius tau of the model [ms] (half the '
                   'context slice); 0 = take it from the model, otherwise start-up fails unless '
                   "it equals the model's.", (0.0, 1000.0), read_only=True),
-    ParameterSpec('block_ms', 20.0, 'Length of a target block [ms]: events are encoded and '
-                  'published in blocks of this duration (latency ~ tau + block / 2 centred; at '
-                  'most 2 tau).', (0.1, 100.0),
+    ParameterSpec('block_ms', 0.0, 'Length of a target block [ms]: events are encoded and '
+                  'published in blocks of this duration (centred: at most 2 tau; latency of a '
+                  "block's newest flow ~ tau - block / 2, of its oldest tau + block / 2). 0 = "
+                  'automatic: 2 tau of the model centred (each event is encoded once: the '
+                  'most events/s), tau causal.', (0.0, 100.0),
                   read_only=True),
     ParameterSpec('causal', False, 'Use only past context (latency ~ block instead of tau + '
                   'block, lower accuracy).', read_only=True),
@@ -591,7 +593,8 @@ class VecKMFlowNode(Node):
         self.get_logger().info(
             f'model {self.model_name!r}: r = {model.pixel_radius} px, '
             f'tau = {model.tau_s * 1e3:g} ms, D = {model.num_features}; '
-            f'device {self.config["device"]}, block {self.config["block_ms"]:g} ms, '
+            f'device {self.config["device"]}, block {self.block_ms:g} ms'
+            f'{" (automatic)" if not self.config["block_ms"] else ""}, '
             f'{"causal" if self.config["causal"] else "centred"} context, target stride '
             f'{self.config["target_stride"]}, queue {self.config["max_queued_events"]} events, '
             f'{self._compute_threads} block(s) computed at once')
@@ -631,6 +634,7 @@ class VecKMFlowNode(Node):
         import torch
 
         from veckm_flow_ros.decode import PacketDecoder
+        from veckm_flow_ros.estimator import automatic_block_s
         from veckm_flow_ros.model import load_model
         from veckm_flow_ros.timesync import SeqGapCounter, TimeSync
         config = self.config
@@ -643,6 +647,9 @@ class VecKMFlowNode(Node):
         self.model_name = config['model'] or '(default shipped model)'
         self.model = load_model(config['model'] or None)
         check_model_fits(self.model, config)
+        # block_ms 0: the model's own block (2 tau centred, tau causal).
+        self.block_ms = (config['block_ms']
+                         or 1e3 * automatic_block_s(self.model.tau_s, config['causal']))
         if device == 'cpu':
             # Decide the MLP form at start-up (numeric checks, ~30 ms), not on the first block.
             _ = self.model.c4_fourier_blocks
@@ -669,7 +676,7 @@ class VecKMFlowNode(Node):
         config = self.config
         self.estimator = NormalFlowEstimator(
             self.model, width, height, device=config['device'],
-            block_s=config['block_ms'] * 1e-3, causal=config['causal'],
+            block_s=self.block_ms * 1e-3, causal=config['causal'],
             target_stride=config['target_stride'],
             max_flows_per_block=config['max_flows_per_block'],
             max_buffered_events=config['max_buffered_events'],

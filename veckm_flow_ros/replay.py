@@ -59,7 +59,8 @@ class ReplayOptions:
     How to replay.
 
     topic: the event topic (None: the bag's only event topic); device: 'cpu' or 'cuda';
-    block_s, causal, target_stride: as the node's parameters; confidence: per-flow
+    block_s, causal, target_stride: as the node's parameters (block_s None: automatic,
+    estimator.automatic_block_s); confidence: per-flow
     confidence (rotation ensemble, ~4x the cost) in the npz and the bag's PointCloud2;
     rotation_mean: flows are the rotation ensemble's mean (node's rotation_mean_flow);
     duration_s: replay only the first duration_s seconds of sensor time (None: all);
@@ -70,7 +71,7 @@ class ReplayOptions:
 
     topic: Optional[str] = None
     device: str = 'cpu'
-    block_s: float = 0.020
+    block_s: Optional[float] = None
     causal: bool = False
     target_stride: int = 1
     duration_s: Optional[float] = None
@@ -542,7 +543,7 @@ class _ReplayRun:
             self.estimator.reset()
 
     def _start(self, width, height, t_first_ns):
-        from veckm_flow_ros.estimator import NormalFlowEstimator
+        from veckm_flow_ros.estimator import automatic_block_s, NormalFlowEstimator
         options = self.options
         summary = self.summary
         summary.width, summary.height = width, height
@@ -550,7 +551,8 @@ class _ReplayRun:
         if options.duration_s is not None:
             self._t_stop_ns = t_first_ns + int(round(options.duration_s * 1e9))
         self.estimator = NormalFlowEstimator(
-            self.model, width, height, device=options.device, block_s=options.block_s,
+            self.model, width, height, device=options.device,
+            block_s=options.block_s or automatic_block_s(self.model.tau_s, options.causal),
             causal=options.causal, target_stride=options.target_stride,
             confidence=options.confidence, rotation_mean=options.rotation_mean)
         if self.outputs.wants_frames():

@@ -83,9 +83,10 @@ class Recipe:
     # An equivariant model gets the same loss for every rotated copy of a sample, so one
     # random symmetry per block (flips still teach a 'c4' model) and 4x the blocks instead.
     blocks_per_sequence: int = 24
-    # The node's and replay's default block: targets up to 10 ms either side of the centre of
-    # their context, as the estimator will show them (4 ms blocks trained models that were
-    # worse at 20 ms: relative PEE 29.5 -> 53.3 %, model card).
+    # Targets up to block_s / 2 either side of the centre of their context, as the estimator
+    # will show them: train on the longest block used (4 ms blocks trained models that were
+    # worse at 20 ms: relative PEE 29.5 -> 53.3 %, model card). `veckm-flow train` uses 2 tau,
+    # the node's automatic block, unless told otherwise; this default suits tau >= 10 ms.
     block_s: float = 0.020
     targets_per_block: int = 512
     augmentations_per_block: int = 1

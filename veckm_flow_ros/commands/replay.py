@@ -43,8 +43,9 @@ def register(subparsers):
     parser.add_argument('--stride', type=int, default=1, metavar='K',
                         help='estimate the flow of every K-th event (context uses all)')
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
-    parser.add_argument('--block-ms', type=float, default=20.0,
-                        help="target block length [ms], as the node's block_ms")
+    parser.add_argument('--block-ms', type=float, default=0.0,
+                        help="target block length [ms], as the node's block_ms (0: the "
+                             "model's, 2 tau centred)")
     parser.add_argument('--causal', action='store_true',
                         help='use past context only (lower latency, lower accuracy)')
     parser.add_argument('--duration', type=float, default=None, metavar='SECONDS',
@@ -83,13 +84,14 @@ def options_from_args(args):
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
     if args.fps <= 0:
         raise ValueError(f'--fps must be > 0, got {args.fps}')
-    if args.block_ms <= 0:
-        raise ValueError(f'--block-ms must be > 0, got {args.block_ms}')
+    if args.block_ms < 0:
+        raise ValueError(f'--block-ms must be >= 0 (0: automatic), got {args.block_ms}')
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f'--duration must be > 0 seconds, got {args.duration}')
-    return ReplayOptions(topic=args.topic, device=args.device, block_s=args.block_ms * 1e-3,
-                         causal=args.causal, target_stride=args.stride,
-                         duration_s=args.duration, frame_rate_hz=args.fps,
+    return ReplayOptions(topic=args.topic, device=args.device,
+                         block_s=args.block_ms * 1e-3 or None, causal=args.causal,
+                         target_stride=args.stride, duration_s=args.duration,
+                         frame_rate_hz=args.fps,
                          max_speed_px_s=args.max_speed, progress=not args.quiet,
                          confidence=getattr(args, 'confidence', False),
                          rotation_mean=getattr(args, 'rotation_mean', False))

@@ -30,6 +30,9 @@ def register(subparsers):
     parser.add_argument('--pixel-radius', type=int, default=8, help='r in pixels (default 8)')
     parser.add_argument('--tau-ms', type=float, default=16.0,
                         help='half the time slice in ms (default 16)')
+    parser.add_argument('--block-ms', type=float, default=0.0,
+                        help='target block length of the training samples [ms]; 0 (default): '
+                             "2 tau, the node's automatic block")
     parser.add_argument('--recipe', choices=('quick', 'full'), default='quick',
                         help='quick: minutes per model; full: more data and epochs, < 2 h CPU')
     parser.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
@@ -68,7 +71,11 @@ def run(args):
     if not 0 < args.tau_ms <= 1000:
         raise ValueError(f'--tau-ms must be in (0, 1000], got {args.tau_ms}')
     overrides = dict(train.FULL_RECIPE) if args.recipe == 'full' else {}
-    overrides.update(pixel_radius=args.pixel_radius, tau_s=args.tau_ms / 1000.0, seed=args.seed)
+    if not 0 <= args.block_ms <= 2 * args.tau_ms:
+        raise ValueError(f'--block-ms must be in [0, 2 tau = {2 * args.tau_ms:g}] ms, got '
+                         f'{args.block_ms}')
+    overrides.update(pixel_radius=args.pixel_radius, tau_s=args.tau_ms / 1000.0, seed=args.seed,
+                     block_s=(args.block_ms or 2 * args.tau_ms) / 1000.0)
     if args.epochs is not None:
         overrides['epochs'] = args.epochs
     if args.num_sequences is not None:
