@@ -21,10 +21,11 @@
 //  2. Q_slot[k] = sum over its events of exp(i time phase) times exp(i pixel phase), computed
 //     as its row enters the window of pass 3 and kept in a ring of 2r + 1 rows (cache-sized,
 //     instead of all slots' Q through memory);
-//  3. for every row holding target pixels, slide a (2r+1)-row window of float64 column sums
-//     of Q down the image (adding entering rows, subtracting leaving ones), then slide a
-//     (2r+1)-column running sum along the row to each target pixel: the box sum, computed
-//     once per target *pixel*, in float64 so that add/subtract leaves no drift;
+//  3. for every row holding target pixels, slide a (2r+1)-row window of float32 column sums
+//     of Q down the image (adding entering rows, subtracting leaving ones; rebuilt from the
+//     ring every kReanchorSlides rows and zeroed when a column empties, so rounding does not
+//     build up), then slide a (2r+1)-column float64 running sum along the row to each target
+//     pixel: the box sum, computed once per target *pixel*;
 //  4. per target event: multiply by exp(-i its time phase).
 // Phasors are not a sine/cosine per (event, channel): time phasors are a coarse table over the
 // call's time span (float64-wrapped entries) times a small-angle series, pixel phasors the
@@ -290,12 +291,21 @@ VECKM_CPU_CLONES void embed_slot(const double* units_of_events, int32_t count,
   }
 }
 
-VECKM_CPU_CLONES void accumulate(double* __restrict__ sum, const float* __restrict__ values, int64_t length, double sign) {
-  for (int64_t k = 0; k < length; ++k) sum[k] += sign * static_cast<double>(values[k]);
+// Column sums in float32: half the memory traffic of float64 (a 640-pixel row's are 320 KB
+// instead of 640 KB, and each slot adds and later subtracts 128 of them); 9-16 % less CPU per
+// stride-8 block of a full-frame scene at 4 M events/s. Re-anchored every kReanchorSlides rows
+// and zeroed when a column empties; against float64 sums the features differ by <= 2.2e-6
+// (dense, pixel-heavy and full-frame test streams).
+using BoxSum = float;
+constexpr int64_t kReanchorSlides = 32;
+
+VECKM_CPU_CLONES void accumulate(BoxSum* __restrict__ sum, const float* __restrict__ values, int64_t length, BoxSum sign) {
+  for (int64_t k = 0; k < length; ++k) sum[k] += sign * static_cast<BoxSum>(values[k]);
 }
 
+// The running box along a row stays float64 (128 values, in L1): it slides along whole rows.
 VECKM_CPU_CLONES void add_columns(double* __restrict__ sum,
-                                  const double* __restrict__ column_sum, int64_t length,
+                                  const BoxSum* __restrict__ column_sum, int64_t length,
                                   double sign) {
   for (int64_t k = 0; k < length; ++k) sum[k] += sign * column_sum[k];
 }
@@ -395,20 +405,20 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
   // Column sums, kept all-zero between uses (only the touched columns are cleared), per
   // thread: a call with scattered target rows restarts often, and clearing whole image rows of
   // 2D float64 each time would cost more than the sums.
-  thread_local std::vector<double> column_sum_buffer;
+  thread_local std::vector<BoxSum> column_sum_buffer;
   thread_local std::vector<int64_t> column_count_buffer;
   if (static_cast<int64_t>(column_count_buffer.size()) < width ||
       static_cast<int64_t>(column_sum_buffer.size()) < width * channels) {
     column_sum_buffer.assign(width * channels, 0.0);
     column_count_buffer.assign(width, 0);
   }
-  double* column_sum = column_sum_buffer.data();
+  BoxSum* column_sum = column_sum_buffer.data();
   int64_t* column_count = column_count_buffer.data();
   std::vector<int32_t> touched;  // columns written since the last clear
   std::vector<uint8_t> is_touched(width, 0);
   auto clear_columns = [&]() {
     for (const int32_t column : touched) {
-      std::fill(column_sum + column * channels, column_sum + (column + 1) * channels, 0.0);
+      std::fill(column_sum + column * channels, column_sum + (column + 1) * channels, BoxSum(0));
       column_count[column] = 0;
       is_touched[column] = 0;
     }
@@ -417,8 +427,9 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
   std::vector<double> box(channels, 0.0);
   int64_t window_low = 0, window_high = -1;  // rows currently summed into column_sum
 
-  // sign > 0: embed the row's slots into the ring and add them; < 0: subtract them.
-  auto add_row = [&](int64_t row, double sign) {
+  // sign > 0: embed the row's slots into the ring and add them; < 0: subtract them; 0: add
+  // them again from the ring (re-anchoring).
+  auto add_row = [&](int64_t row, int sign) {
     const int32_t row_start = slots.row_slot_start[row];
     float* ring = ring_buffer.data() + (row % ring_rows) * width * channels;
     for (int32_t s = row_start; s < slots.row_slot_start[row + 1]; ++s) {
@@ -426,7 +437,7 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
       const int32_t first = slots.slot_start[s];
       const int32_t count = slots.slot_start[s + 1] - first;
       float* embedding = ring + (s - row_start) * channels;
-      if (sign > 0) {
+      if (sign > 0) {  // entering the window: embed once, kept in the ring until it leaves
         embed_slot(in.slot_units + first, count, *in.time_phasors, in.freq_t, d,
                    in.pixel->column.data() + column * channels,
                    in.pixel->row.data() + row * channels, time_sum.data(), embedding);
@@ -435,10 +446,16 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
         is_touched[column] = 1;
         touched.push_back(static_cast<int32_t>(column));
       }
-      accumulate(&column_sum[column * channels], embedding, channels, sign);
-      column_count[column] += sign > 0 ? count : -count;
+      BoxSum* sum = &column_sum[column * channels];
+      column_count[column] += sign >= 0 ? count : -count;
+      if (sign < 0 && column_count[column] == 0) {
+        std::fill(sum, sum + channels, BoxSum(0));  // empty again: exactly zero
+      } else {
+        accumulate(sum, embedding, channels, sign >= 0 ? BoxSum(1) : BoxSum(-1));
+      }
     }
   };
+  int64_t slides = 0;  // window slides since the sums were last rebuilt
 
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t row = target_rows[i];
@@ -447,10 +464,18 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
     if (low > window_high) {
       // No overlap with the previous window: restart (this also re-anchors the sums).
       clear_columns();
-      for (int64_t r = low; r <= high; ++r) add_row(r, 1.0);
+      for (int64_t r = low; r <= high; ++r) add_row(r, 1);
+      slides = 0;
     } else {
-      for (int64_t r = window_low; r < low; ++r) add_row(r, -1.0);
-      for (int64_t r = window_high + 1; r <= high; ++r) add_row(r, 1.0);
+      for (int64_t r = window_low; r < low; ++r) add_row(r, -1);
+      for (int64_t r = window_high + 1; r <= high; ++r) add_row(r, 1);
+      if (++slides == kReanchorSlides) {
+        // float32 sums: rebuild them from the ring's embeddings of the window's rows, so
+        // rounding left by rows that have left does not build up down the image.
+        clear_columns();
+        for (int64_t r = low; r <= high; ++r) add_row(r, 0);
+        slides = 0;
+      }
     }
     window_low = low;
     window_high = high;
