@@ -352,3 +352,20 @@ def test_rows_far_below_a_heavy_region_carry_no_rounding_from_it():
     far = sparse_y >= 120
     compared = with_band[-sparse_x.numel():][far].double()
     assert _relative_error(compared, alone[far].double()) <= 2e-6
+
+
+def test_cpu_features_do_not_depend_on_the_thread_count():
+    """Bands of rows per thread start at the anchor of their first row: bitwise the same."""
+    t_ns, x, y = _random_events(60_000, 200, 300, seed=11)
+    targets = torch.arange(0, 60_000, 5)
+    freq_t, freq_x, freq_y = _frequencies(64, seed=4)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2, 3, 5):
+            torch.set_num_threads(count)
+            results.append(ops.encode(t_ns, x, y, targets, 200, 300, freq_t, freq_x, freq_y,
+                                      0.012, 8)[0])
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(results[0], other) for other in results[1:])

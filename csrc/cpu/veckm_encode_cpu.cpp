@@ -23,9 +23,10 @@
 //     instead of all slots' Q through memory);
 //  3. for every row holding target pixels, slide a (2r+1)-row window of float32 column sums
 //     of Q down the image (adding entering rows, subtracting leaving ones; rebuilt from the
-//     ring every kReanchorSlides rows and zeroed when a column empties, so rounding does not
-//     build up), then slide a (2r+1)-column float64 running sum along the row to each target
-//     pixel: the box sum, computed once per target *pixel*;
+//     ring every kReanchorRows image rows and zeroed when a column empties, so rounding does
+//     not build up, and the same whatever the bands), then slide a (2r+1)-column float64
+//     running sum along the row to each target pixel: the box sum, computed once per target
+//     *pixel*;
 //  4. per target event: multiply by exp(-i its time phase).
 // Phasors are not a sine/cosine per (event, channel): time phasors are a coarse table over the
 // call's time span (float64-wrapped entries) times a small-angle series, pixel phasors the
@@ -293,11 +294,11 @@ VECKM_CPU_CLONES void embed_slot(const double* units_of_events, int32_t count,
 
 // Column sums in float32: half the memory traffic of float64 (a 640-pixel row's are 320 KB
 // instead of 640 KB, and each slot adds and later subtracts 128 of them); 9-16 % less CPU per
-// stride-8 block of a full-frame scene at 4 M events/s. Re-anchored every kReanchorSlides rows
-// and zeroed when a column empties; against float64 sums the features differ by <= 2.2e-6
-// (dense, pixel-heavy and full-frame test streams).
+// stride-8 block of a full-frame scene at 4 M events/s. Rebuilt every kReanchorRows image rows
+// (pool_target_rows) and zeroed when a column empties; against float64 sums the features
+// differ by <= 2.2e-6 (dense, pixel-heavy and full-frame test streams).
 using BoxSum = float;
-constexpr int64_t kReanchorSlides = 32;
+constexpr int64_t kReanchorRows = 32;
 
 VECKM_CPU_CLONES void accumulate(BoxSum* __restrict__ sum, const float* __restrict__ values, int64_t length, BoxSum sign) {
   for (int64_t k = 0; k < length; ++k) sum[k] += sign * static_cast<BoxSum>(values[k]);
@@ -455,30 +456,41 @@ void pool_target_rows(const PoolInputs& in, const std::vector<int32_t>& target_r
       }
     }
   };
-  int64_t slides = 0;  // window slides since the sums were last rebuilt
-
-  for (int64_t i = row_begin; i < row_end; ++i) {
+  // The sums are rebuilt (anchored) at target row i when its window does not overlap the
+  // previous one, or when i is the first target row of a new group of kReanchorRows image
+  // rows: float32 rounding left by rows that have left does not build up down the image, and
+  // the sums at a row depend only on the rows since its anchor, not on where a band began --
+  // a band starts at the anchor of its first row, so the features do not depend on the
+  // number of threads.
+  auto window_of = [&](int64_t i) {
     const int64_t row = target_rows[i];
-    const int64_t low = std::max<int64_t>(row - radius, 0);
-    const int64_t high = std::min<int64_t>(row + radius, height - 1);
-    if (low > window_high) {
-      // No overlap with the previous window: restart (this also re-anchors the sums).
+    return std::make_pair(std::max<int64_t>(row - radius, 0),
+                          std::min<int64_t>(row + radius, height - 1));
+  };
+  auto is_anchor = [&](int64_t i) {
+    return i == 0 || window_of(i).first > window_of(i - 1).second ||
+           target_rows[i] / kReanchorRows != target_rows[i - 1] / kReanchorRows;
+  };
+  int64_t first = row_begin;
+  while (first > 0 && !is_anchor(first)) --first;
+
+  for (int64_t i = first; i < row_end; ++i) {
+    const int64_t row = target_rows[i];
+    const auto [low, high] = window_of(i);
+    if (i == first || low > window_high) {
       clear_columns();
       for (int64_t r = low; r <= high; ++r) add_row(r, 1);
-      slides = 0;
     } else {
       for (int64_t r = window_low; r < low; ++r) add_row(r, -1);
       for (int64_t r = window_high + 1; r <= high; ++r) add_row(r, 1);
-      if (++slides == kReanchorSlides) {
-        // float32 sums: rebuild them from the ring's embeddings of the window's rows, so
-        // rounding left by rows that have left does not build up down the image.
+      if (is_anchor(i)) {  // rebuild from the ring (same order and values as a fresh start)
         clear_columns();
         for (int64_t r = low; r <= high; ++r) add_row(r, 0);
-        slides = 0;
       }
     }
     window_low = low;
     window_high = high;
+    if (i < row_begin) continue;  // replaying from the anchor up to the band's first row
 
     // Running sum along the row over columns [box_low, box_high].
     int64_t box_low = 0, box_high = -1, box_count = 0;
