@@ -62,6 +62,7 @@ def run(args):
     import torch
 
     from veckm_flow_ros import train
+    from veckm_flow_ros.estimator import automatic_block_s
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f'--threads must be >= 1, got {args.threads}')
@@ -75,7 +76,7 @@ def run(args):
         raise ValueError(f'--block-ms must be in [0, 2 tau = {2 * args.tau_ms:g}] ms, got '
                          f'{args.block_ms}')
     overrides.update(pixel_radius=args.pixel_radius, tau_s=args.tau_ms / 1000.0, seed=args.seed,
-                     block_s=(args.block_ms or 2 * args.tau_ms) / 1000.0)
+                     block_s=args.block_ms / 1000.0 or automatic_block_s(args.tau_ms / 1000.0))
     if args.epochs is not None:
         overrides['epochs'] = args.epochs
     if args.num_sequences is not None:
