@@ -24,7 +24,6 @@ Until the package ships its own weights, the node loads the published VecKM_flow
 from ../shared/data (skipped when absent).
 """
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -226,41 +225,6 @@ def test_packet_queue_drops_packets_that_waited_too_long():
     assert queue.drop_older_than(0.2, now_s=10.5) == 0
     assert (queue.dropped_packets, queue.dropped_events, queue.queued_events) == (2, 10, 10)
     assert [p.seq for p in queue.take(0.0)] == [2, 3]
-
-
-def test_planner_computes_blocks_inline_while_that_keeps_up():
-    planner = flow_node.ComputePlanner()
-    events = 100_000
-    # Learned: 10 ms inline, 30 ms in a pool thread per block of 100k context events.
-    planner.observe(True, 0.010, events)
-    planner.observe(False, 0.030, events)
-    assert planner.predicted_inline_s(events) == pytest.approx(
-        max(0.010, flow_node.INLINE_PER_POOL_TIME * 0.030))
-    # A block every 32 ms: about 18 ms of every 32 computed inline, under INLINE_MAX_LOAD.
-    decisions = [planner.choose_inline(events, 100.0 + 0.032 * k) for k in range(40)]
-    assert all(decisions)
-    # The same blocks every 16 ms (twice the rate): the pool, once the window has blocks.
-    decisions = [planner.choose_inline(events, 200.0 + 0.016 * k) for k in range(40)]
-    first = flow_node.LOAD_MIN_BLOCKS - 1
-    assert decisions[:first] == [True] * first and not any(decisions[first:])
-    # Quiet again (past the window): inline; but not with more than a block's input waiting.
-    assert planner.choose_inline(events, 300.0)
-    assert not planner.choose_inline(events, 300.032, waiting_events=events + 1)
-    assert planner.choose_inline(events, 300.064, waiting_events=events // 2)
-    # Blocks arriving back to back (a burst): the pool once their time adds up.
-    burst = [planner.choose_inline(events, 302.0 + 0.001 * k) for k in range(10)]
-    assert burst[:first] == [True] * first and not any(burst[first:])
-
-
-def test_planner_learns_slower_blocks_in_the_pool_as_slower_inline():
-    planner = flow_node.ComputePlanner()
-    planner.observe(True, 0.010, 1000)   # measured inline when the machine was quiet
-    for _ in range(30):                   # now the pool's blocks take 60 ms
-        planner.observe(False, 0.060, 1000)
-    assert planner.predicted_inline_s(1000) == pytest.approx(
-        flow_node.INLINE_PER_POOL_TIME * 0.060, rel=0.01)
-    decisions = [planner.choose_inline(1000, 0.032 * k) for k in range(20)]
-    assert not any(decisions[flow_node.LOAD_MIN_BLOCKS:])  # 36 of every 32 ms: the pool
 
 
 def test_raw_event_packet_parsing_matches_rclpy():
@@ -843,7 +807,7 @@ def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
             def run():
                 ran_in.append(threading.current_thread().name)
                 return job()
-            return dataclasses.replace(job, compute=run)
+            return run
         steps = []
         node._decode_batch(queued, steps)
         node._estimator_for(640, 480)

@@ -95,21 +95,6 @@ class FlowBlock:
                          valid=None if blocks[0].valid is None else join('valid'))
 
 
-@dataclasses.dataclass(frozen=True)
-class BlockJob:
-    """
-    A block ready to compute: call it (in any thread) for its FlowBlock.
-
-    context_events: events its encoding pools (the main part of its cost, for schedulers).
-    """
-
-    compute: Callable[[], FlowBlock]
-    context_events: int
-
-    def __call__(self) -> FlowBlock:
-        return self.compute()
-
-
 def automatic_block_s(tau_s: float, causal: bool = False) -> float:
     """
     Return the block length [s] the node and replay use by default (block_ms 0).
@@ -327,12 +312,11 @@ class NormalFlowEstimator:
             if block is not None:
                 yield block
 
-    def push_jobs(self, events: EventArray) -> Iterator[BlockJob]:
+    def push_jobs(self, events: EventArray) -> Iterator[Callable[[], FlowBlock]]:
         """
         Like push_iter(), but yield each ready block as a job to run later, in any thread.
 
-        A job (BlockJob) is called without arguments and returns its FlowBlock; its
-        context_events tells what it costs. It holds copies of its inputs,
+        A job takes no arguments and returns its FlowBlock. It holds copies of its inputs,
         so it may run after later pushes or a reset, and jobs may run at once in several
         threads (on the CPU, each op single-threaded: one block per core). The caller keeps
         the blocks in the order the jobs were yielded. Consume the iterator completely before
@@ -340,7 +324,7 @@ class NormalFlowEstimator:
         """
         yield from self._push(events, copy=True)
 
-    def _push(self, events: EventArray, copy: bool) -> Iterator[BlockJob]:
+    def _push(self, events: EventArray, copy: bool) -> Iterator[Callable[[], FlowBlock]]:
         if len(events) == 0:
             return
         if self._newest_ns is not None and \
@@ -400,7 +384,7 @@ class NormalFlowEstimator:
         centre = block_start + self.block_ns // 2
         return centre - self.tau_ns, centre + self.tau_ns
 
-    def _ready_jobs(self, final: bool, copy: bool) -> Iterator[BlockJob]:
+    def _ready_jobs(self, final: bool, copy: bool) -> Iterator[Callable[[], FlowBlock]]:
         """
         Yield a job per ready block with targets, in order (a yielded block is done).
 
@@ -481,14 +465,14 @@ class NormalFlowEstimator:
                  'y': buffer.y[targets].astype(np.uint16),
                  't_newest_ns': int(self._newest_ns), 'ready_ns': int(context_high)}
 
-        def compute() -> FlowBlock:
+        def job() -> FlowBlock:
             flow, confidence = self._encode_and_predict(context, target_in_context)
             flow = flow.cpu().numpy()
             return FlowBlock(
                 u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
                 v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
                 confidence=None if confidence is None else confidence.cpu().numpy(), **about)
-        return BlockJob(compute, int(context[0].shape[0]))
+        return job
 
     def _encode_and_predict(self, context, targets: np.ndarray):
         """

@@ -47,30 +47,25 @@ Python per message, more than the node's whole per-packet work, while holding th
 worker needs), parses their header fields and queues them in a bounded queue; a worker
 thread decodes them in batches and hands at most MAX_DECODED_BATCHES decoded batches to an
 estimate thread, which runs the estimator and publishes (the compiled ops release the GIL, so
-decoding the next batch overlaps the estimator). While computing every block itself would
-keep the estimate thread busy at most INLINE_MAX_LOAD of the time (ComputePlanner: learned
-seconds per context event x the blocks of the last second) it does so, its ops on all cores
-(lowest latency); above that load, or when blocks come in a burst, it hands them to
-compute_threads pool threads, one block each (copies of their inputs, at most
-compute_threads + 1 at once), and publishes them in order: on 2 cores this keeps both busy
-through the Python and serial parts of each block. Before taking input, these threads
-compute a few made-up blocks (one-time costs out of the first flows). The executor thread
-runs the image and diagnostics timers and the parameter services.
-
-Memory is bounded: the packet queue holds at most max_queued_events estimated events
-(payload <= 8 bytes x max_queued_events: 80 MB by default, 20 MB for evt3) and
-MAX_QUEUED_PACKETS packets; the estimator keeps at most max_buffered_events events (24 bytes
-each, in arrays of up to 1.5x that: <= 150 MB by default); decoded batches waiting for the
-estimate thread hold at most MAX_DECODED_BATCHES x MAX_BATCH_EVENTS events (24 MB), blocks
-being computed a copy of their context each; the image keeps at most IMAGE_MAX_FLOWS flows
-(10 MB); DDS keeps at most 1000 received messages.
+decoding the next batch overlaps the estimator). While the node keeps up the estimate thread
+computes each block itself, its ops on all cores (lowest latency); when it falls behind (a
+decoded batch waiting) it hands blocks to compute_threads pool threads, one block each
+(copies of their inputs, at most compute_threads + 1 at once), and publishes them in order:
+on 2 cores this keeps both busy through the Python and serial parts of each block. The
+executor thread runs the image and
+diagnostics timers and the parameter services. Memory is bounded: the packet queue holds at
+most max_queued_events estimated events (payload <= 8 bytes x max_queued_events: 80 MB by
+default, 20 MB for evt3) and MAX_QUEUED_PACKETS packets; the estimator keeps at most
+max_buffered_events events (24 bytes each, in arrays of up to 1.5x that: <= 150 MB by
+default); decoded batches waiting for the estimate thread hold at most MAX_DECODED_BATCHES
+x MAX_BATCH_EVENTS events (24 MB), blocks being computed a copy of their context each; the
+image keeps at most IMAGE_MAX_FLOWS flows (10 MB); DDS keeps at most 1000 received messages.
 """
 
 import collections
 import concurrent.futures
 import contextlib
 from dataclasses import dataclass
-import itertools
 import math
 import os
 import queue
@@ -113,23 +108,6 @@ BATCH_BUDGET_S = 0.02
 MIN_BATCH_EVENTS = 2_000
 MAX_BATCH_EVENTS = 500_000
 MAX_DECODED_BATCHES = 2
-# The estimate thread computes blocks itself (all cores, lowest latency) while that would
-# keep it busy at most INLINE_MAX_LOAD of the time blocks arrive in (predicted over the
-# blocks ready in the last LOAD_WINDOW_S); above, the pool computes them (ComputePlanner).
-# A block's time in the estimate thread is taken as at least INLINE_PER_POOL_TIME x a pool
-# thread's (two blocks at once); costs are averaged with weight COST_SMOOTHING per block.
-INLINE_MAX_LOAD = 0.7
-LOAD_WINDOW_S = 1.0
-LOAD_MIN_BLOCKS = 3  # fewer blocks in the window: computed inline
-INLINE_PER_POOL_TIME = 0.6
-COST_SMOOTHING = 0.2
-# Before taking input, the estimate thread and each pool thread compute WARM_UP_BLOCKS times
-# a block of WARM_UP_EVENTS made-up events on a sensor of WARM_UP_SENSOR_SIZE (one-time
-# costs out of the first flows; the node waits at most WARM_UP_TIMEOUT_S for it).
-WARM_UP_BLOCKS = 3
-WARM_UP_EVENTS = 16_000
-WARM_UP_SENSOR_SIZE = (640, 480)
-WARM_UP_TIMEOUT_S = 10.0
 # Sensor time may step back this much between packets without meaning a new stream.
 RESTART_TOLERANCE_NS = 100_000_000
 IMAGE_MAX_FLOWS = 500_000
@@ -576,6 +554,10 @@ class VecKMFlowNode(Node):
         self.image_pub = self.create_publisher(Image, '~/flow_image', OUTPUT_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                      OUTPUT_QOS)
+        # raw: CDR bytes (no message object, no payload copy), taken by the receive thread.
+        self.events_sub = self.create_subscription(EventPacket, '~/events', self._on_packet,
+                                                   EVENTS_QOS, raw=True,
+                                                   callback_group=OwnThreadCallbackGroup())
         image_rate_hz = self.config['image_rate_hz']
         self._image_timer = None
         if image_rate_hz > 0:
@@ -593,7 +575,6 @@ class VecKMFlowNode(Node):
         self._in_flight = collections.deque()
         self._compute_pool = None
         self._inline_when_idle = True  # (tests turn it off to exercise the pool)
-        self._planner = ComputePlanner()
         self._compute_threads, pool_torch_threads = compute_threads(self.config)
         if self._compute_threads > 1:
             self._compute_pool = concurrent.futures.ThreadPoolExecutor(
@@ -605,15 +586,8 @@ class VecKMFlowNode(Node):
                                                  name='veckm_flow_estimate', daemon=True)
         self._receiver = threading.Thread(target=self._receive, name='veckm_flow_receive',
                                           daemon=True)
-        self._warmed_up = threading.Event()
         self._worker.start()
         self._estimate_thread.start()
-        # Input only once the compute threads are warm (a few tenths of a second on a CPU).
-        self._warmed_up.wait(WARM_UP_TIMEOUT_S)
-        # raw: CDR bytes (no message object, no payload copy), taken by the receive thread.
-        self.events_sub = self.create_subscription(EventPacket, '~/events', self._on_packet,
-                                                   EVENTS_QOS, raw=True,
-                                                   callback_group=OwnThreadCallbackGroup())
         self._receiver.start()
         model = self.model
         self.get_logger().info(
@@ -830,13 +804,6 @@ class VecKMFlowNode(Node):
             # Per thread: OpenMP thread counts are a property of the calling thread.
             torch.set_num_threads(torch_threads)
         recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
-        try:
-            self._warm_up()
-        except Exception as error:  # noqa: B902 - only a speed-up: say so and go on
-            self.get_logger().warning(f'warm-up failed (the first blocks may be slower): '
-                                      f'{type(error).__name__}: {error}')
-        finally:
-            self._warmed_up.set()
         while not self._stop.is_set():
             try:
                 if self._in_flight:
@@ -872,42 +839,6 @@ class VecKMFlowNode(Node):
             rate = recent_events / max(recent_s, 1e-6)
             self._batch_events = int(min(max(rate * BATCH_BUDGET_S, MIN_BATCH_EVENTS),
                                          MAX_BATCH_EVENTS))
-
-    def _warm_up(self):
-        """
-        Compute made-up blocks here and in each pool thread before the first real one.
-
-        A thread's first blocks pay one-time costs (the allocator growing its heap, OpenMP
-        threads starting): the first three blocks of 16k flows took 30-60 ms against 13 ms
-        after them on the dev machine, which delayed the first flows and misled the planner.
-        """
-        if self.config['device'] != 'cpu':
-            return
-        from veckm_flow_ros.estimator import NormalFlowEstimator
-        width, height = WARM_UP_SENSOR_SIZE
-        estimator = NormalFlowEstimator(self.model, width, height,
-                                        block_s=self.block_ms * 1e-3,
-                                        causal=self.config['causal'])
-        rng = np.random.default_rng(0)
-        block_ns = int(self.block_ms * 1e6)
-        span_ns = 2 * block_ns + 2 * int(self.model.tau_s * 1e9)  # the first block's context
-        count = WARM_UP_EVENTS * span_ns // block_ns  # WARM_UP_EVENTS in each block
-        events = EventArray(np.sort(rng.integers(0, span_ns, count)),
-                            rng.integers(0, width, count), rng.integers(0, height, count),
-                            np.zeros(count, np.uint8))
-        job = next(iter(estimator.push_jobs(events)))
-        for _ in range(WARM_UP_BLOCKS):
-            job()
-        if self._compute_pool is not None:
-            # One thread each: a thread that finished waits for the others.
-            barrier = threading.Barrier(self._compute_threads)
-
-            def warm_up_pool_thread():
-                for _ in range(WARM_UP_BLOCKS):
-                    job()
-                barrier.wait(WARM_UP_TIMEOUT_S)
-            concurrent.futures.wait([self._compute_pool.submit(warm_up_pool_thread)
-                                     for _ in range(self._compute_threads)])
 
     def _estimate_failed(self, error: Exception, packets: int):
         """Count and log a failure of the estimator; restart the stream (estimate thread)."""
@@ -1022,29 +953,21 @@ class VecKMFlowNode(Node):
                 self._publish_marked(block, newest, marks)
             return
         # Blocks computed by the pool, at most compute_threads at once (each job holds a
-        # copy of its context: memory stays bounded), published in order. While computing
-        # every block here would keep up (the planner), a block is computed here, its ops
-        # spread over this thread's torch threads: the lowest latency.
+        # copy of its context: memory stays bounded), published in order. While the node
+        # keeps up (nothing computing, no decoded batch waiting) a block is computed here,
+        # its ops spread over this thread's torch threads: the lowest latency. (Waiting until
+        # input has queued for a block's time before using the pool kept the node in this
+        # mode too long: 0.74-0.85 M flows/s at 1 M events/s input instead of 1.0.)
         for job in self.estimator.push_jobs(events):
             if self._stop.is_set():
                 return
-            if self._inline_when_idle and not self._in_flight and self._planner.choose_inline(
-                    job.context_events, time.perf_counter(), self._waiting_events()):
-                start = time.perf_counter()
-                block = job()
-                self._planner.observe(True, time.perf_counter() - start, job.context_events)
-                self._publish_marked(block, newest, marks)
+            if self._inline_when_idle and not self._in_flight and self._decoded.empty():
+                self._publish_marked(job(), newest, marks)
                 continue
-            future = self._compute_pool.submit(self._planner.timed, job)
-            self._in_flight.append((future, newest, marks))
+            self._in_flight.append((self._compute_pool.submit(job), newest, marks))
             while len(self._in_flight) > self._compute_threads:
                 self._publish_computed(wait_s=None)
             self._publish_computed(wait_s=0.0, everything=True)
-
-    def _waiting_events(self) -> int:
-        """Estimated events received but not yet pushed (queued and decoded batches)."""
-        decoded = list(self._decoded.queue)  # a snapshot; the worker may add meanwhile
-        return self.queue.queued_events + sum(batch.events for batch in decoded)
 
     def _publish_computed(self, wait_s: Optional[float], everything: bool = False):
         """
@@ -1242,7 +1165,6 @@ class VecKMFlowNode(Node):
                 thread.join(timeout_s)
         if self._compute_pool is not None:
             self._compute_pool.shutdown(wait=True, cancel_futures=True)
-            self._compute_pool = None  # blocks processed after this are computed inline
 
     def destroy_node(self):
         self.stop_worker()
@@ -1250,70 +1172,6 @@ class VecKMFlowNode(Node):
         if wake is not None:
             wake.destroy()
         return super().destroy_node()
-
-
-class ComputePlanner:
-    """
-    Where to compute each block: in the estimate thread (ops on all cores) or in the pool.
-
-    A block computed in the estimate thread is done in about half the time a pool thread
-    (one core) needs, but nothing else is computed meanwhile; the pool computes
-    compute_threads blocks at once, which gets more blocks per second out of the cores (no
-    core idle in the Python and serial parts of a block). The planner learns the seconds per
-    context event of both ways (exponential averages over the blocks computed), predicts the
-    time computing each recent block in the estimate thread takes, and keeps blocks there
-    while that adds up to at most INLINE_MAX_LOAD of the wall time they came in (leaving
-    room for decoding and publishing). Above it -- a rate near the capacity, or blocks
-    arriving in a burst -- and while more input waits than a block's context (behind after a
-    stall), blocks go to the pool. Thread-safe.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._s_per_event = {True: None, False: None}  # in the estimate thread / the pool
-        self._recent = collections.deque()  # (wall s when ready, predicted inline s)
-
-    def predicted_inline_s(self, context_events: int) -> float:
-        inline, pooled = self._s_per_event[True], self._s_per_event[False]
-        # Blocks in the pool also tell what one in the estimate thread would take now: at a
-        # high load its time measured earlier, in a quieter moment, is too optimistic.
-        guesses = [inline or 0.0, INLINE_PER_POOL_TIME * (pooled or 0.0)]
-        return max(guesses) * context_events
-
-    def choose_inline(self, context_events: int, now_s: float, waiting_events: int = 0) -> bool:
-        """
-        Decide for a block that is ready now (perf_counter seconds).
-
-        waiting_events: input received but not yet pushed; more than the block's context
-        means the node is a block or more behind (a stall, a burst): the pool catches up.
-        """
-        with self._lock:
-            recent = self._recent
-            while recent and recent[0][0] < now_s - LOAD_WINDOW_S:
-                recent.popleft()
-            recent.append((now_s, self.predicted_inline_s(context_events)))
-            if waiting_events > context_events:
-                return False
-            if len(recent) < LOAD_MIN_BLOCKS:
-                return True
-            # The first block marks the start of the span; the others came in during it.
-            busy_s = sum(predicted for _, predicted in itertools.islice(recent, 1, None))
-            return busy_s <= INLINE_MAX_LOAD * (now_s - recent[0][0])
-
-    def observe(self, inline: bool, seconds: float, context_events: int):
-        """Learn from a block computed in the estimate thread (inline) or the pool."""
-        per_event = seconds / max(context_events, 1)
-        with self._lock:
-            old = self._s_per_event[inline]
-            self._s_per_event[inline] = (per_event if old is None
-                                         else old + COST_SMOOTHING * (per_event - old))
-
-    def timed(self, job):
-        """Run a job in a pool thread and learn its time."""
-        start = time.perf_counter()
-        block = job()
-        self.observe(False, time.perf_counter() - start, job.context_events)
-        return block
 
 
 def compute_threads(config: dict) -> Tuple[int, int]:
