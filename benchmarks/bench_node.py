@@ -44,7 +44,9 @@ flow's event was sent (the publisher stamps at sensor pace, so header.stamp maps
 send time at any speed): centred, tau - block / 2 + processing + transport; "p99 old" = the
 same for the message's oldest flow (a block earlier: tau + block / 2 + ...); node CPU %
 (100 = one core) over the replay; node peak RSS (VmHWM, MiB); lag = how long flows kept coming
-after the input ended. "sustained" = no drops and lag < LAG_LIMIT_S (the node kept up).
+after the input ended. "sustained" = no drops and lag < LAG_LIMIT_S (the node kept up);
+"pub late" = p99 / max of how long after its due time the publisher sent each packet (the
+harness's own stalls; the latencies count from the due time, so they include them).
 All three processes share this machine's cores: the node's numbers include that contention.
 """
 
@@ -190,11 +192,13 @@ def run_publisher(args):
         cpu_start = time.process_time()
         start = time.perf_counter()
         start_wall_ns = time.time_ns()
-        for (t_sensor, *_), msg in zip(packets, messages):
+        late_s = np.zeros(len(packets))  # how long after its due time each packet went out
+        for k, ((t_sensor, *_), msg) in enumerate(zip(packets, messages)):
             due = start + (t_sensor - t0_sensor) * 1e-9 / clock
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+            late_s[k] = time.perf_counter() - due
             # The camera's clock runs `speed` times faster than the wall: stamps keep the
             # sensor's pace (a driver stamps arrival time), so sensor -> ROS time stays 1:1.
             stamp_ns = start_wall_ns + (t_sensor - t0_sensor)
@@ -205,7 +209,8 @@ def run_publisher(args):
         end_ns = time.time_ns()
         events = sum(p[4] for p in packets)
         print(f'PUBLISHED {len(packets)} {events} {elapsed:.6f} {end_ns} {start_wall_ns} '
-              f'{cpu_s:.6f}', flush=True)
+              f'{cpu_s:.6f} {1e3 * np.percentile(late_s, 99):.3f} {1e3 * late_s.max():.3f}',
+              flush=True)
         time.sleep(0.2)
         node.destroy_node()
     finally:
@@ -347,6 +352,7 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         packets, events, publish_s = int(line[1]), int(line[2]), float(line[3])
         publish_end_ns, start_wall_ns = int(line[4]), int(line[5])
         publisher_cpu_s = float(line[6])
+        publisher_late_p99_ms, publisher_late_max_ms = float(line[7]), float(line[8])
         count = -1
         while len(probe.records) != count:  # wait until the output stops for QUIET_S
             count = len(probe.records)
@@ -384,6 +390,9 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             'harness_cpu_percent': 100 * (publisher_cpu_s / max(publish_s, 1e-9)
                                           + probe_cpu_s / max(wall_s, 1e-9)),
             'rss_mib': _proc_peak_rss_mib(node.pid),
+            # The harness's own delays, included in the latencies (stamps are due times).
+            'publisher_late_p99_ms': publisher_late_p99_ms,
+            'publisher_late_max_ms': publisher_late_max_ms,
         }
     finally:
         if publisher is not None and publisher.poll() is None:
@@ -409,21 +418,24 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
 def print_table(rows):
     header = (f'{"config":8} {"source":9} {"speed":>5} {"in Mev/s":>9} {"Mflow/s":>8} '
               f'{"drops":>11} {"p50 ms":>7} {"p99 ms":>7} {"p99 old":>7} {"lag s":>6} '
-              f'{"CPU %":>6} {"harn %":>6} '
+              f'{"CPU %":>6} {"harn %":>6} {"pub late":>9} '
               f'{"RSS MiB":>8} sustained')
     print(header)
     print('-' * len(header))
     for r in rows:
         drops = f'{r["dropped"]}+{r["lost"]}'
+        late = f'{r["publisher_late_p99_ms"]:.0f}/{r["publisher_late_max_ms"]:.0f}'
         sustained = ('yes' if r['dropped'] == 0 and r['lost'] == 0 and r['flows']
                      and r['lag_s'] < LAG_LIMIT_S else 'NO')
         print(f'{r["config"]:8} {r["source"]:9} {r["speed"]:>4g}x '
               f'{r["input_events_s"] / 1e6:>9.2f} {r["flows_s"] / 1e6:>8.2f} {drops:>11} '
               f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["p99_oldest_ms"]:>7.1f} '
               f'{r["lag_s"]:>6.2f} {r["cpu_percent"]:>6.0f} {r["harness_cpu_percent"]:>6.0f} '
-              f'{r["rss_mib"]:>8.0f} {sustained}')
+              f'{late:>9} {r["rss_mib"]:>8.0f} {sustained}')
     print("p50/p99: latency of each message's newest flow; p99 old: of its oldest flow; "
           'CPU %: the node (100 = one core); harn %: publisher + probe on the same cores')
+    print('pub late: p99/max ms by which the publisher sent packets after their due time '
+          '(its own stalls on the shared cores; included in the latencies)')
     print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '
           f'lag = output time after the input ended; sustained = no drops and lag < '
           f'{LAG_LIMIT_S} s')
