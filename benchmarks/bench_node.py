@@ -46,11 +46,16 @@ same for the message's oldest flow (a block earlier: tau + block / 2 + ...); nod
 (100 = one core) over the replay; node peak RSS (VmHWM, MiB); lag = how long flows kept coming
 after the input ended. "sustained" = no drops and lag < LAG_LIMIT_S (the node kept up);
 "pub late" = p99 / max of how long after its due time the publisher sent each packet (the
-harness's own stalls; the latencies count from the due time, so they include them).
+harness's own stalls; the latencies count from the due time, so they include them). The
+publisher stands in for a camera driver: it gets the Fast DDS profile the launch files give a
+driver (--publisher-fastdds-profile: a 16 MiB shared-memory segment) and runs its send loop
+without Python's garbage collector (a collection over the prepared messages stalled it by
+100-400 ms in some runs).
 All three processes share this machine's cores: the node's numbers include that contention.
 """
 
 import argparse
+import gc
 import os
 import pathlib
 import struct
@@ -71,6 +76,8 @@ LAG_LIMIT_S = 0.25
 QUIET_S = 2.0
 SHUTDOWN_PROBLEMS = ('terminate called', 'Traceback', 'Exception ignored', 'Segmentation')
 CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
+DRIVER_FASTDDS_PROFILE = ROOT / 'config' / 'fastdds_event_driver.xml'
+FASTDDS_PROFILE_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
 
 
 # ------------------------------------------------------------------------------------------
@@ -188,6 +195,11 @@ def run_publisher(args):
         while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)
+        # A driver has no garbage collector: a collection pass over the prepared messages
+        # would stall the send loop (and show up as the node's latency).
+        gc.collect()
+        gc.freeze()
+        gc.disable()
         t0_sensor = packets[0][0]
         cpu_start = time.process_time()
         start = time.perf_counter()
@@ -300,6 +312,17 @@ class Probe:
         self.node.destroy_node()
 
 
+def publisher_env(env: dict, profile: str) -> dict:
+    """Return the publisher's environment: with the Fast DDS profile ('' = defaults)."""
+    env = dict(env)
+    for name in FASTDDS_PROFILE_VARIABLES:
+        if profile:
+            env[name] = profile
+        else:
+            env.pop(name, None)
+    return env
+
+
 def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
     env = dict(os.environ)
     node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
@@ -331,7 +354,8 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
              '--speed', str(speed), '--wall-s', str(args.wall_s),
              '--synthetic-rate', str(args.synthetic_rate),
              '--packet-wall-ms', str(args.packet_wall_ms), '--mode', args.mode],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            env=publisher_env(env, args.publisher_fastdds_profile), cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # CPU is counted from the first packet received to the end of the output.
         while not probe.records and publisher.poll() is None:
             time.sleep(0.01)
@@ -469,6 +493,10 @@ def main(argv=None):
     parser.add_argument('--torch-threads', type=int, default=0)
     parser.add_argument('--compute-threads', type=int, default=0,
                         help="the node's compute_threads (blocks computed at once; 0 = auto)")
+    parser.add_argument('--publisher-fastdds-profile', default=str(DRIVER_FASTDDS_PROFILE),
+                        help='Fast DDS XML profile of the publisher process, as the launch '
+                             'files give a camera driver (16 MiB shared-memory segment); empty '
+                             '= Fast DDS defaults (512 KiB: bursts are lost at ~4 M events/s)')
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

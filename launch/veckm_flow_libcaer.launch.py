@@ -52,7 +52,15 @@ def generate_launch_description():
             default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
                                                 'veckm_flow.yaml']),
             description='YAML file with the flow node parameters.'),
+        DeclareLaunchArgument(
+            'driver_fastdds_profile',
+            default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
+                                                'fastdds_event_driver.xml']),
+            description='Fast DDS XML profile of the driver process (default: a 16 MiB '
+                        'shared-memory segment, so bursts at high event rates are not lost '
+                        'on the way to the flow node); empty = Fast DDS defaults.'),
     ]
+    profile = LaunchConfiguration('driver_fastdds_profile')
     driver = Node(
         package='libcaer_driver',
         executable='driver_node',
@@ -67,6 +75,9 @@ def generate_launch_description():
             'event_message_time_threshold': 1.0e-3,
         }],
         remappings=[('~/events', events_topic)],
+        # Fast DDS 3 reads the first name, Fast DDS 2 (Humble, Jazzy) the second.
+        additional_env={'FASTDDS_DEFAULT_PROFILES_FILE': profile,
+                        'FASTRTPS_DEFAULT_PROFILES_FILE': profile},
     )
     flow = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(

@@ -32,8 +32,10 @@ LAUNCH_DIR = pathlib.Path(__file__).resolve().parents[1] / 'launch'
 EXPECTED_ARGUMENTS = {
     'veckm_flow.launch.py': {'events_topic', 'params_file', 'use_sim_time', 'node_name',
                              'log_level'},
-    'veckm_flow_metavision.launch.py': {'camera_name', 'serial', 'bias_file', 'params_file'},
-    'veckm_flow_libcaer.launch.py': {'camera_name', 'device_type', 'serial', 'params_file'},
+    'veckm_flow_metavision.launch.py': {'camera_name', 'serial', 'bias_file', 'params_file',
+                                        'driver_fastdds_profile'},
+    'veckm_flow_libcaer.launch.py': {'camera_name', 'device_type', 'serial', 'params_file',
+                                     'driver_fastdds_profile'},
     'veckm_flow_bag.launch.py': {'bag', 'rate', 'loop', 'events_topic', 'params_file'},
 }
 FORBIDDEN_NAMES = {'eval', 'exec', 'subprocess', 'os.system', 'Popen'}
