@@ -115,6 +115,29 @@ def test_jobs_run_later_in_threads_equal_push_iter(stride):
     assert later.flows_out == direct.flows_out
 
 
+def test_warm_up_leaves_the_stream_as_it_was():
+    """
+    warm_up() computes a made-up block of the sensor's size and changes nothing else.
+
+    The stream's results and counts are those of an estimator that was never warmed up,
+    also when it is warmed up between pushes.
+    """
+    events = random_stream(n=12000, duration_ns=60_000_000, seed=3)
+    expected = run_chunked(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT), events, seed=4)
+    warmed = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT)
+    assert warmed.warm_up(events=500) > 0.0
+    blocks = warmed.push(events[:5000])
+    assert warmed.warm_up(events=3000) > 0.0  # mid-stream: buffered events stay
+    blocks += warmed.push(events[5000:]) + warmed.flush()
+    got = FlowBlock.concatenate(blocks)
+    np.testing.assert_array_equal(got.event_index, expected.event_index)
+    np.testing.assert_array_equal(got.u_px_s, expected.u_px_s)
+    np.testing.assert_array_equal(got.v_px_s, expected.v_px_s)
+    assert warmed.events_in == len(events) and warmed.flows_out == len(events)
+    with pytest.raises(ValueError, match='events'):
+        warmed.warm_up(events=0)
+
+
 def test_block_flows_equal_the_op_on_the_centred_context():
     model = tiny_model()
     events = random_stream(n=6000, duration_ns=40_000_000)

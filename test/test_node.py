@@ -784,6 +784,26 @@ def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(harness_fac
     assert batched == one_by_one
 
 
+def test_compute_threads_are_warmed_up_at_start(harness_factory):
+    """
+    Before input arrives, the estimate thread and each pool thread compute a made-up block.
+
+    A thread's first block is its slowest; the first real flows are unaffected.
+    """
+    harness = harness_factory(compute_threads=3)
+    node = harness.node
+    assert node.warmed_up.wait(30.0)
+    names = sorted(node.warmed_up_threads)
+    assert names[-1] == 'veckm_flow_estimate'
+    assert len(names) == 4 and len(set(names)) == 4  # no pool thread took two
+    assert all(name.startswith('veckm_flow_compute') for name in names[:-1])
+    assert node.estimator is None and node.stats.totals['flows'] == 0  # nothing published
+    events, _, _ = moving_edges(duration_s=0.1)
+    _publish_events(harness, events)
+    assert harness.wait_idle()
+    assert harness.clouds and node.stats.totals['flows'] > 0
+
+
 def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
     """compute_threads = 3: blocks computed at once in pool threads, ~/flow the same, in order."""
     from veckm_flow_ros.packets import encode_packets

@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import math
 import os
+import time
 from typing import Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
@@ -48,6 +49,9 @@ LOGGER = logging.getLogger(__name__)
 # A packet whose first event is older than the newest seen by more than this restarts the
 # stream (bag loop, camera restart); smaller disorder is tolerated.
 TIME_RESET_TOLERANCE_NS = 1_000_000
+# Events of the made-up block of warm_up(): spread over the sensor and 2 tau, like a busy
+# block, so that the per-thread scratch buffers reach a typical size.
+WARM_UP_EVENTS = 20_000
 
 
 @dataclasses.dataclass
@@ -362,6 +366,28 @@ class NormalFlowEstimator:
         blocks = [job() for job in self._ready_jobs(final=True, copy=False)]
         self._events.clear()
         return blocks
+
+    def warm_up(self, events: int = WARM_UP_EVENTS) -> float:
+        """
+        Compute a made-up block in the calling thread and discard it; return its seconds.
+
+        The first block a thread computes pays for the encoder's per-thread tables and
+        scratch buffers (pixel phasors of this sensor size, the ring of row embeddings,
+        column sums, pooled features: a few MB of fresh pages) and, on CUDA, for loading the
+        kernels -- on the dev CPU one to two times a later block's time. A streaming caller
+        warms each thread that will compute blocks before the first real block is due. The
+        stream's state (buffer, blocks, counters) is not touched.
+        """
+        events = _check_int('events', events, 1, 10_000_000)
+        start = time.perf_counter()
+        rng = np.random.default_rng(0)
+        context = (torch.from_numpy(np.sort(rng.integers(0, 2 * self.tau_ns, events))),
+                   torch.from_numpy(rng.integers(0, self.width, events, dtype=np.int32)),
+                   torch.from_numpy(rng.integers(0, self.height, events, dtype=np.int32)))
+        context = tuple(column.to(self.device) for column in context)
+        flow, _ = self._encode_and_predict(context, (0, events))
+        flow.cpu()  # waits for a CUDA device
+        return time.perf_counter() - start
 
     @property
     def buffered_events(self) -> int:

@@ -108,6 +108,10 @@ BATCH_BUDGET_S = 0.02
 MIN_BATCH_EVENTS = 2_000
 MAX_BATCH_EVENTS = 500_000
 MAX_DECODED_BATCHES = 2
+# Longest wait for the compute threads' warm-up blocks (a busy machine; normally ~50 ms).
+WARM_UP_TIMEOUT_S = 2.0
+# Sensor size of the made-up warm-up blocks (VGA: Prophesee Gen3, DVXplorer).
+WARM_UP_SIZE = (640, 480)
 # Sensor time may step back this much between packets without meaning a new stream.
 RESTART_TOLERANCE_NS = 100_000_000
 IMAGE_MAX_FLOWS = 500_000
@@ -575,6 +579,9 @@ class VecKMFlowNode(Node):
         self._in_flight = collections.deque()
         self._compute_pool = None
         self._inline_when_idle = True  # (tests turn it off to exercise the pool)
+        # Set by the estimate thread once it and the pool threads computed a made-up block.
+        self.warmed_up = threading.Event()
+        self.warmed_up_threads = []
         self._compute_threads, pool_torch_threads = compute_threads(self.config)
         if self._compute_threads > 1:
             self._compute_pool = concurrent.futures.ThreadPoolExecutor(
@@ -684,6 +691,51 @@ class VecKMFlowNode(Node):
             rotation_mean=config['rotation_mean_flow'])
         self.sensor_size = (width, height)
         return self.estimator
+
+    def _warm_up(self):
+        """
+        Compute a made-up block in this thread and in each compute pool thread (estimate thread).
+
+        The first block a thread computes costs it one to two times a later one (its OpenMP
+        team, per-thread tables and scratch pages): at 1x that was the worst latency of a run.
+        Done when the estimate thread starts, before input usually arrives, for a sensor of
+        WARM_UP_SIZE (the first packet's size gets its own phasor tables, ~1 ms).
+        """
+        from veckm_flow_ros.estimator import NormalFlowEstimator
+        start = time.perf_counter()
+        config = self.config
+        estimator = NormalFlowEstimator(
+            self.model, *WARM_UP_SIZE, device=config['device'], block_s=self.block_ms * 1e-3,
+            causal=config['causal'], confidence=config['publish_confidence'],
+            rotation_mean=config['rotation_mean_flow'])
+        warmed = self.warmed_up_threads
+
+        def warm():
+            estimator.warm_up()
+            warmed.append(threading.current_thread().name)
+        futures = []
+        if self._compute_pool is not None:
+            # One made-up block per pool thread: each waits for the others before it returns,
+            # so that no thread takes two.
+            barrier = threading.Barrier(self._compute_threads)
+
+            def warm_pool_thread():
+                warm()
+                try:
+                    barrier.wait(timeout=WARM_UP_TIMEOUT_S)
+                except threading.BrokenBarrierError:
+                    pass
+            futures = [self._compute_pool.submit(warm_pool_thread)
+                       for _ in range(self._compute_threads)]
+        warm()
+        concurrent.futures.wait(futures, timeout=WARM_UP_TIMEOUT_S)
+        for future in futures:
+            if future.done():
+                future.result()  # raises a pool thread's error
+        self.warmed_up.set()
+        self.get_logger().info(
+            f'warmed up {len(warmed)} compute thread(s) in '
+            f'{(time.perf_counter() - start) * 1e3:.0f} ms')
 
     # -- receive thread -----------------------------------------------------------------------
 
@@ -803,6 +855,13 @@ class VecKMFlowNode(Node):
             import torch
             # Per thread: OpenMP thread counts are a property of the calling thread.
             torch.set_num_threads(torch_threads)
+        try:
+            self._warm_up()
+        except Exception as error:  # noqa: B902 - the first blocks are only slower
+            if self._stop.is_set() or not self.context.ok():
+                return
+            self.get_logger().warning(f'warming up the compute threads failed (the first '
+                                      f'blocks will be slower): {type(error).__name__}: {error}')
         recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
         while not self._stop.is_set():
             try:
