@@ -50,14 +50,24 @@ def generate_launch_description():
             default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
                                                 'veckm_flow.yaml']),
             description='YAML file with the flow node parameters.'),
+        DeclareLaunchArgument(
+            'player_fastdds_profile',
+            default_value=PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
+                                                'fastdds_event_driver.xml']),
+            description="Fast DDS XML profile of the bag player (default: the drivers' "
+                        '16 MiB shared-memory segment, so a fast replay does not lose '
+                        'packets on the way to the flow node); empty = Fast DDS defaults.'),
     ]
     play = ['ros2', 'bag', 'play', LaunchConfiguration('bag'), '--clock',
             '--rate', LaunchConfiguration('rate'),
             '--topics', LaunchConfiguration('events_topic')]
+    profile = LaunchConfiguration('player_fastdds_profile')
+    player_env = {'FASTDDS_DEFAULT_PROFILES_FILE': profile,
+                  'FASTRTPS_DEFAULT_PROFILES_FILE': profile}
     players = [
-        ExecuteProcess(cmd=play, output='screen',
+        ExecuteProcess(cmd=play, output='screen', additional_env=player_env,
                        condition=UnlessCondition(LaunchConfiguration('loop'))),
-        ExecuteProcess(cmd=play + ['--loop'], output='screen',
+        ExecuteProcess(cmd=play + ['--loop'], output='screen', additional_env=player_env,
                        condition=IfCondition(LaunchConfiguration('loop'))),
     ]
     flow = IncludeLaunchDescription(

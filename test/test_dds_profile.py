@@ -84,3 +84,14 @@ def test_driver_profile_gives_a_16_mib_shared_memory_segment():
     # Without it, Fast DDS's default segment (the case the profile is for).
     sizes, _ = _new_segment_sizes(None)
     assert sizes and max(sizes) < 1024 * 1024, sizes
+
+
+@pytest.mark.skipif(not SHM_DIR.is_dir(), reason='no /dev/shm: Fast DDS shared memory is Linux')
+def test_an_empty_profile_argument_means_fast_dds_defaults():
+    """
+    The launch files' `*_fastdds_profile:=''` sets the variables empty: Fast DDS defaults.
+
+    Fast DDS logs that it cannot load '' (the README says so) and publishes as usual.
+    """
+    sizes, _ = _new_segment_sizes('')
+    assert sizes and max(sizes) < 1024 * 1024, sizes

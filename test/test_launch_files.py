@@ -36,7 +36,8 @@ EXPECTED_ARGUMENTS = {
                                         'driver_fastdds_profile'},
     'veckm_flow_libcaer.launch.py': {'camera_name', 'device_type', 'serial', 'params_file',
                                      'driver_fastdds_profile'},
-    'veckm_flow_bag.launch.py': {'bag', 'rate', 'loop', 'events_topic', 'params_file'},
+    'veckm_flow_bag.launch.py': {'bag', 'rate', 'loop', 'events_topic', 'params_file',
+                                 'player_fastdds_profile'},
 }
 FORBIDDEN_NAMES = {'eval', 'exec', 'subprocess', 'os.system', 'Popen'}
 
@@ -83,6 +84,11 @@ def test_launch_file_static(file_name):
                 if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     assert not (used | imported) & FORBIDDEN_NAMES
     assert "executable='veckm_flow_node'" in source or 'veckm_flow.launch.py' in source
+    if any(name.endswith('_fastdds_profile') for name in declared):
+        # The profile reaches the event source's process for Fast DDS 3 and 2 alike.
+        assert 'additional_env' in source
+        for variable in ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE'):
+            assert f"'{variable}': profile" in source
 
 
 @pytest.mark.parametrize('file_name', sorted(EXPECTED_ARGUMENTS))
