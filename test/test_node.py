@@ -804,6 +804,37 @@ def test_compute_threads_are_warmed_up_at_start(harness_factory):
     assert harness.clouds and node.stats.totals['flows'] > 0
 
 
+def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monkeypatch):
+    """
+    Blocks computed by the estimate thread use its count, the pool's one thread each.
+
+    torch.set_num_threads in a pool thread also sets a process-wide default that a thread
+    picks up at its first parallel loop in a library: the estimate thread must not.
+    """
+    import torch
+
+    from veckm_flow_ros.estimator import NormalFlowEstimator
+    harness = harness_factory(compute_threads=2, torch_threads=0)
+    node = harness.node
+    assert node.warmed_up.wait(30.0)
+    counts = node.torch_threads_by_thread
+    assert counts['veckm_flow_estimate'] == node._inline_threads
+    pool_counts = [count for name, count in counts.items() if name != 'veckm_flow_estimate']
+    assert pool_counts == [1, 1]
+    seen = []
+    compute = NormalFlowEstimator._encode_and_predict
+
+    def recording(self, *args):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return compute(self, *args)
+    monkeypatch.setattr(NormalFlowEstimator, '_encode_and_predict', recording)
+    events, _, _ = moving_edges(duration_s=0.2)
+    _publish_events(harness, events)
+    assert harness.wait_idle() and seen
+    for name, count in seen:
+        assert count == (node._inline_threads if name == 'veckm_flow_estimate' else 1), seen
+
+
 def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
     """compute_threads = 3: blocks computed at once in pool threads, ~/flow the same, in order."""
     from veckm_flow_ros.packets import encode_packets

@@ -582,7 +582,10 @@ class VecKMFlowNode(Node):
         # Set by the estimate thread once it and the pool threads computed a made-up block.
         self.warmed_up = threading.Event()
         self.warmed_up_threads = []
+        self.torch_threads_by_thread = {}  # after the warm-up: thread name -> torch threads
         self._compute_threads, pool_torch_threads = compute_threads(self.config)
+        # Torch threads of a block computed by the estimate thread itself.
+        self._inline_threads = self.config['torch_threads'] or _default_torch_threads()
         if self._compute_threads > 1:
             self._compute_pool = concurrent.futures.ThreadPoolExecutor(
                 self._compute_threads, thread_name_prefix='veckm_flow_compute',
@@ -700,10 +703,21 @@ class VecKMFlowNode(Node):
         team, per-thread tables and scratch pages): at 1x that was the worst latency of a run.
         Done when the estimate thread starts, before input usually arrives, for a sensor of
         WARM_UP_SIZE (the first packet's size gets its own phasor tables, ~1 ms).
+
+        The order matters. torch.set_num_threads sets the calling thread's OpenMP count and
+        a process-wide default, and each library (libtorch, this package's ops) gives a
+        thread that default the first time the thread runs one of its parallel loops. When a
+        pool thread (1 thread per block) started before the estimate thread's first block,
+        the estimate thread's blocks ran on one core for the rest of the run (1x synthetic:
+        15-18 ms per block instead of 9-10). So this thread computes its block first, with
+        its own count, then the pool threads theirs; then it sets its count again.
         """
+        import torch
+
         from veckm_flow_ros.estimator import NormalFlowEstimator
         start = time.perf_counter()
         config = self.config
+        barrier = threading.Barrier(max(self._compute_threads, 1))
         estimator = NormalFlowEstimator(
             self.model, *WARM_UP_SIZE, device=config['device'], block_s=self.block_ms * 1e-3,
             causal=config['causal'], confidence=config['publish_confidence'],
@@ -713,25 +727,29 @@ class VecKMFlowNode(Node):
         def warm():
             estimator.warm_up()
             warmed.append(threading.current_thread().name)
+
+        def warm_pool_thread():
+            warm()
+            try:
+                barrier.wait(timeout=WARM_UP_TIMEOUT_S)
+            except threading.BrokenBarrierError:
+                pass
+            return threading.current_thread().name, torch.get_num_threads()
+        warm()
         futures = []
         if self._compute_pool is not None:
             # One made-up block per pool thread: each waits for the others before it returns,
             # so that no thread takes two.
-            barrier = threading.Barrier(self._compute_threads)
-
-            def warm_pool_thread():
-                warm()
-                try:
-                    barrier.wait(timeout=WARM_UP_TIMEOUT_S)
-                except threading.BrokenBarrierError:
-                    pass
             futures = [self._compute_pool.submit(warm_pool_thread)
                        for _ in range(self._compute_threads)]
-        warm()
         concurrent.futures.wait(futures, timeout=WARM_UP_TIMEOUT_S)
+        torch.set_num_threads(self._inline_threads)
+        counts = {threading.current_thread().name: torch.get_num_threads()}
         for future in futures:
             if future.done():
-                future.result()  # raises a pool thread's error
+                name, count = future.result()  # raises a pool thread's error
+                counts[name] = count
+        self.torch_threads_by_thread = counts
         self.warmed_up.set()
         self.get_logger().info(
             f'warmed up {len(warmed)} compute thread(s) in '
@@ -850,11 +868,10 @@ class VecKMFlowNode(Node):
 
     def _estimate_loop(self):
         """Run the estimator on decoded batches and publish their blocks."""
-        torch_threads = self.config['torch_threads']
-        if torch_threads > 0:
-            import torch
-            # Per thread: OpenMP thread counts are a property of the calling thread.
-            torch.set_num_threads(torch_threads)
+        import torch
+        # Per thread: OpenMP thread counts are a property of the calling thread (see _warm_up
+        # for why this thread sets its own count, and when).
+        torch.set_num_threads(self._inline_threads)
         try:
             self._warm_up()
         except Exception as error:  # noqa: B902 - the first blocks are only slower
@@ -862,6 +879,8 @@ class VecKMFlowNode(Node):
                 return
             self.get_logger().warning(f'warming up the compute threads failed (the first '
                                       f'blocks will be slower): {type(error).__name__}: {error}')
+        finally:
+            torch.set_num_threads(self._inline_threads)
         recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
         while not self._stop.is_set():
             try:
@@ -1249,6 +1268,12 @@ def compute_threads(config: dict) -> Tuple[int, int]:
         count = min(cores, 4)
     threads = config['torch_threads'] or max(1, cores // count)
     return count, threads
+
+
+def _default_torch_threads() -> int:
+    """Torch's own default thread count (read in a thread that never set its count)."""
+    import torch
+    return torch.get_num_threads()
 
 
 def _set_torch_threads(count: int):
