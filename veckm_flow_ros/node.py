@@ -709,7 +709,7 @@ class VecKMFlowNode(Node):
         thread that default the first time the thread runs one of its parallel loops. When a
         pool thread (1 thread per block) started before the estimate thread's first block,
         the estimate thread's blocks ran on one core for the rest of the run (1x synthetic:
-        15-18 ms per block instead of 9-10). So this thread computes its block first, with
+        14-18 ms per block instead of 9-10). So this thread computes its block first, with
         its own count, then the pool threads theirs; then it sets its count again.
         """
         import torch
