@@ -806,7 +806,7 @@ def test_compute_threads_are_warmed_up_at_start(harness_factory):
 
 def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monkeypatch):
     """
-    Blocks computed by the estimate thread use its count, the pool's one thread each.
+    Blocks computed by the estimate thread use its count, the pool's their own.
 
     torch.set_num_threads in a pool thread also sets a process-wide default that a thread
     picks up at its first parallel loop in a library: the estimate thread must not.
@@ -819,8 +819,9 @@ def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monke
     assert node.warmed_up.wait(30.0)
     counts = node.torch_threads_by_thread
     assert counts['veckm_flow_estimate'] == node._inline_threads
+    _, pool_threads = flow_node.compute_threads(node.config)  # 1 on 2 cores
     pool_counts = [count for name, count in counts.items() if name != 'veckm_flow_estimate']
-    assert pool_counts == [1, 1]
+    assert pool_counts == [pool_threads, pool_threads]
     seen = []
     compute = NormalFlowEstimator._encode_and_predict
 
@@ -832,7 +833,8 @@ def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monke
     _publish_events(harness, events)
     assert harness.wait_idle() and seen
     for name, count in seen:
-        assert count == (node._inline_threads if name == 'veckm_flow_estimate' else 1), seen
+        expected = node._inline_threads if name == 'veckm_flow_estimate' else pool_threads
+        assert count == expected, seen
 
 
 def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
