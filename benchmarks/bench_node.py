@@ -315,7 +315,7 @@ class Probe:
 
 
 def publisher_env(env: dict, profile: str) -> dict:
-    """Return the publisher's environment: with the Fast DDS profile ('' = defaults)."""
+    """Return a process's environment with the Fast DDS profile ('' = Fast DDS defaults)."""
     env = dict(env)
     for name in FASTDDS_PROFILE_VARIABLES:
         if profile:
@@ -338,7 +338,8 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         node_cmd += ['-p', f'{name}:={value}']
     # The node's log goes to a file (a pipe nobody reads could fill and stall the node).
     log = tempfile.TemporaryFile(mode='w+')
-    node = subprocess.Popen(node_cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+    node = subprocess.Popen(node_cmd, env=publisher_env(env, args.node_fastdds_profile),
+                            cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=log, text=True)
     publisher = None
     row = None
@@ -499,6 +500,10 @@ def main(argv=None):
                         help='Fast DDS XML profile of the publisher process, as the launch '
                              'files give a camera driver (16 MiB shared-memory segment); empty '
                              '= Fast DDS defaults (512 KiB: bursts are lost at ~4 M events/s)')
+    parser.add_argument('--node-fastdds-profile', default='',
+                        help='Fast DDS XML profile of the node process (default: none, Fast '
+                             'DDS defaults; the driver profile gives its ~/flow writer a '
+                             '16 MiB shared-memory segment)')
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
