@@ -793,7 +793,7 @@ def test_compute_threads_are_warmed_up_at_start(harness_factory):
     harness = harness_factory(compute_threads=3)
     node = harness.node
     assert node.warmed_up.wait(30.0)
-    names = sorted(node.warmed_up_threads)
+    names = sorted(name for name, _ in node.warmed_up_threads)
     assert names[-1] == 'veckm_flow_estimate'
     assert len(names) == 4 and len(set(names)) == 4  # no pool thread took two
     assert all(name.startswith('veckm_flow_compute') for name in names[:-1])
@@ -817,7 +817,7 @@ def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monke
     harness = harness_factory(compute_threads=2, torch_threads=0)
     node = harness.node
     assert node.warmed_up.wait(30.0)
-    counts = node.torch_threads_by_thread
+    counts = dict(node.warmed_up_threads)
     assert counts['veckm_flow_estimate'] == node._inline_threads
     _, pool_threads = flow_node.compute_threads(node.config)  # 1 on 2 cores
     pool_counts = [count for name, count in counts.items() if name != 'veckm_flow_estimate']

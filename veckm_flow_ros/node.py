@@ -581,8 +581,7 @@ class VecKMFlowNode(Node):
         self._inline_when_idle = True  # (tests turn it off to exercise the pool)
         # Set by the estimate thread once it and the pool threads computed a made-up block.
         self.warmed_up = threading.Event()
-        self.warmed_up_threads = []
-        self.torch_threads_by_thread = {}  # after the warm-up: thread name -> torch threads
+        self.warmed_up_threads = []  # then (thread name, its torch threads) per warmed thread
         self._compute_threads, pool_torch_threads = compute_threads(self.config)
         # Torch threads of a block computed by the estimate thread itself.
         self._inline_threads = self.config['torch_threads'] or _default_torch_threads()
@@ -717,39 +716,34 @@ class VecKMFlowNode(Node):
         from veckm_flow_ros.estimator import NormalFlowEstimator
         start = time.perf_counter()
         config = self.config
-        barrier = threading.Barrier(max(self._compute_threads, 1))
         estimator = NormalFlowEstimator(
             self.model, *WARM_UP_SIZE, device=config['device'], block_s=self.block_ms * 1e-3,
             causal=config['causal'], confidence=config['publish_confidence'],
             rotation_mean=config['rotation_mean_flow'])
-        warmed = self.warmed_up_threads
-
-        def warm():
-            estimator.warm_up()
-            warmed.append(threading.current_thread().name)
-
-        def warm_pool_thread():
-            warm()
-            try:
-                barrier.wait(timeout=WARM_UP_TIMEOUT_S)
-            except threading.BrokenBarrierError:
-                pass
-            return threading.current_thread().name, torch.get_num_threads()
-        warm()
         futures = []
-        if self._compute_pool is not None:
-            # One made-up block per pool thread: each waits for the others before it returns,
-            # so that no thread takes two.
-            futures = [self._compute_pool.submit(warm_pool_thread)
-                       for _ in range(self._compute_threads)]
-        concurrent.futures.wait(futures, timeout=WARM_UP_TIMEOUT_S)
-        torch.set_num_threads(self._inline_threads)
-        counts = {threading.current_thread().name: torch.get_num_threads()}
-        for future in futures:
-            if future.done():
-                name, count = future.result()  # raises a pool thread's error
-                counts[name] = count
-        self.torch_threads_by_thread = counts
+        try:
+            estimator.warm_up()  # this thread first
+            if self._compute_pool is not None:
+                # One made-up block per pool thread: each waits for the others before it
+                # returns, so that no thread takes two.
+                barrier = threading.Barrier(self._compute_threads)
+
+                def warm_pool_thread():
+                    estimator.warm_up()
+                    try:
+                        barrier.wait(timeout=WARM_UP_TIMEOUT_S)
+                    except threading.BrokenBarrierError:
+                        pass
+                    return threading.current_thread().name, torch.get_num_threads()
+                futures = [self._compute_pool.submit(warm_pool_thread)
+                           for _ in range(self._compute_threads)]
+                concurrent.futures.wait(futures, timeout=WARM_UP_TIMEOUT_S)
+        finally:
+            # Again: the pool threads' initializer changed the process-wide default.
+            torch.set_num_threads(self._inline_threads)
+        warmed = [(threading.current_thread().name, torch.get_num_threads())]
+        warmed += [future.result() for future in futures if future.done()]  # raises errors
+        self.warmed_up_threads = warmed
         self.warmed_up.set()
         self.get_logger().info(
             f'warmed up {len(warmed)} compute thread(s) in '
@@ -879,8 +873,6 @@ class VecKMFlowNode(Node):
                 return
             self.get_logger().warning(f'warming up the compute threads failed (the first '
                                       f'blocks will be slower): {type(error).__name__}: {error}')
-        finally:
-            torch.set_num_threads(self._inline_threads)
         recent_events, recent_s = 0.0, 0.0  # exponentially forgotten sums over batches
         while not self._stop.is_set():
             try:
