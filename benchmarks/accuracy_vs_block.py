@@ -40,9 +40,10 @@ def main():
     import numpy as np
     import torch
 
-    from veckm_flow_ros import evaluate, metrics
-    from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core import metrics
+    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.offline import evaluate
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     sequences = evaluate.heldout_sequences(args.sequences, duration_s=args.duration)

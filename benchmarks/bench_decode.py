@@ -40,9 +40,9 @@ import time
 import numpy as np
 import torch
 
-from veckm_flow_ros.decode import extension_available, PacketDecoder
-from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.packets import encode_packets, sort_for_vectors
+from veckm_flow_ros.eventio.decode import extension_available, PacketDecoder
+from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
 
 RECORDINGS = pathlib.Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'recordings'
 WIDTH, HEIGHT = 640, 480
@@ -88,7 +88,7 @@ def edge_events(count, rate_per_s, seed=1):
 def sources(args):
     """(name, encoding, [(data, time_base, width, height)]) per source."""
     if RECORDINGS.is_dir():
-        from veckm_flow_ros.bag import read_event_messages
+        from veckm_flow_ros.eventio.bag import read_event_messages
         for bag in sorted(path for path in RECORDINGS.iterdir() if path.is_dir()):
             messages = [item.msg for item in read_event_messages(bag)]
             if messages[0].encoding not in args.encodings:

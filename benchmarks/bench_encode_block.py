@@ -29,13 +29,13 @@ import argparse
 import time
 
 import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
-from veckm_flow_ros import ops
+from veckm_flow_ros.core import ops
 
 
 def recorded_blocks(model, speed, stride, block_ms):
     """Record the inputs of the estimator's encode calls on the demo scene at `speed` x."""
     from bench_estimator import compressed_stream
-    from veckm_flow_ros.estimator import NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
     calls = []
     encode = ops.encode
 
@@ -66,7 +66,7 @@ def main(argv=None):
     parser.add_argument('--seconds', type=float, default=3.0, help='per case')
     args = parser.parse_args(argv)
     import torch
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core.model import load_model
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     print(f'model {args.model}, block {args.block_ms:g} ms, {args.threads} thread(s), '

@@ -42,7 +42,7 @@ DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
 
 def compressed_stream(speed, total_events, packet_ns=1_000_000):
     """Yield EventArray packets of the demo scene compressed in time by `speed`, looped."""
-    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.eventio.events import EventArray
     data = np.load(DEMO_NPZ)
     t_ns = data['t'].astype(np.int64)
     t_ns = t_ns - t_ns[0]
@@ -60,7 +60,7 @@ def compressed_stream(speed, total_events, packet_ns=1_000_000):
 def run_case(model, device, packets, width, height, stride, block_ms):
     import torch
 
-    from veckm_flow_ros.estimator import NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
     estimator = NormalFlowEstimator(model, width, height, device=device,
                                     block_s=block_ms * 1e-3, target_stride=stride)
     # Warm-up on a copy (CUDA context, allocator, cuBLAS) so the timed run starts hot.
@@ -100,7 +100,7 @@ def main():
 
     import torch
 
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core.model import load_model
     if args.threads:
         torch.set_num_threads(args.threads)
     model = load_model(args.model)

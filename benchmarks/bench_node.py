@@ -93,10 +93,10 @@ def real_packets(loops: int, packet_ns: int, compress: float = 1.0):
     compress > 1 divides its sensor times by that factor (a camera with `compress` times the
     event rate: the scene moves that much faster), before the re-encoding.
     """
-    from veckm_flow_ros.bag import read_event_messages
-    from veckm_flow_ros.decode import PacketDecoder
-    from veckm_flow_ros.events import EventArray
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.bag import read_event_messages
+    from veckm_flow_ros.eventio.decode import PacketDecoder
+    from veckm_flow_ros.eventio.events import EventArray
+    from veckm_flow_ros.eventio.packets import encode_packets
     decoder = PacketDecoder()
     chunks = [decoder.decode(m.msg.encoding, m.msg.events, m.msg.time_base, m.msg.width,
                              m.msg.height).events for m in read_event_messages(RECORDING)]
@@ -120,7 +120,7 @@ def grating_events(rate_events_s: float, speed_px_s: float = 300.0, angle_rad: f
     Each pixel fires when an edge passes: rate = W * H * speed / spacing, so the edge spacing
     is chosen for rate_events_s; the period is a whole number of edge passages.
     """
-    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.eventio.events import EventArray
     spacing_px = WIDTH * HEIGHT * speed_px_s / rate_events_s
     crossings = max(1, int(round(1.0 * speed_px_s / spacing_px)))  # ~1 s of sensor time
     period_s = crossings * spacing_px / speed_px_s
@@ -138,7 +138,7 @@ def grating_events(rate_events_s: float, speed_px_s: float = 300.0, angle_rad: f
 
 
 def synthetic_packets(rate_events_s: float, sensor_s: float, packet_ns: int):
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     events, period_ns = grating_events(rate_events_s)
     base = encode_packets(events, 'mono', packet_duration_ns=packet_ns)
     packets = []
@@ -327,7 +327,7 @@ def publisher_env(env: dict, profile: str) -> dict:
 
 def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
     env = dict(os.environ)
-    node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
+    node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros.node import main; '
                 'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
                 '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5']
     parameters = {'torch_threads': args.torch_threads, 'compute_threads': args.compute_threads}

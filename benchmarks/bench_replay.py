@@ -52,8 +52,8 @@ def main():
 
     import torch
 
-    from veckm_flow_ros.model import load_model
-    from veckm_flow_ros.replay import replay_bag, ReplayOptions, ReplayOutputs
+    from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.offline.replay import replay_bag, ReplayOptions, ReplayOutputs
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model = load_model(args.model)

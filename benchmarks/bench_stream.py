@@ -37,8 +37,8 @@ DEFAULT_RECORDINGS = ROOT.parent / 'shared' / 'data' / 'recordings'
 
 def decode_recording(path):
     """Return (list of EventArray packets, width, height) of the first event topic of a bag."""
-    from veckm_flow_ros.bag import read_event_messages
-    from veckm_flow_ros.decode import PacketDecoder
+    from veckm_flow_ros.eventio.bag import read_event_messages
+    from veckm_flow_ros.eventio.decode import PacketDecoder
     decoder = PacketDecoder()
     packets, width, height = [], 0, 0
     for item in read_event_messages(path):
@@ -62,8 +62,8 @@ def main():
 
     import torch
 
-    from veckm_flow_ros.estimator import NormalFlowEstimator
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
+    from veckm_flow_ros.core.model import load_model
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     print(f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), torch '

@@ -43,9 +43,9 @@ import cv2
 import numpy as np
 import torch
 
-from veckm_flow_ros import evaluate, visualize
-from veckm_flow_ros.model import load_model
-from veckm_flow_ros.simulate import SimulatedSequence
+from veckm_flow_ros.core.model import load_model
+from veckm_flow_ros.learning.simulate import SimulatedSequence
+from veckm_flow_ros.offline import evaluate, visualize
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / 'shared' / 'data'

@@ -40,9 +40,10 @@ import time
 import numpy as np
 import torch
 
-from veckm_flow_ros import evaluate, metrics
-from veckm_flow_ros.estimator import automatic_block_s
-from veckm_flow_ros.model import list_shipped_models, load_model
+from veckm_flow_ros.core import metrics
+from veckm_flow_ros.core.estimator import automatic_block_s
+from veckm_flow_ros.core.model import list_shipped_models, load_model
+from veckm_flow_ros.offline import evaluate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / 'shared' / 'data'
@@ -70,7 +71,7 @@ def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False)
 
     mean_flow: our flow is the rotation-ensemble mean (the published one stays plain).
     """
-    from veckm_flow_ros.simulate import SimulatedSequence
+    from veckm_flow_ros.learning.simulate import SimulatedSequence
     rows = {}
     for name in RECORDINGS:
         path = recordings_dir / name

@@ -28,7 +28,8 @@ import time
 import torch
 from torch.profiler import profile, ProfilerActivity
 
-from veckm_flow_ros import benchmark, ops
+from veckm_flow_ros.core import ops
+from veckm_flow_ros.offline import benchmark
 
 
 def main():

@@ -57,8 +57,8 @@ def build(build_dir: pathlib.Path):
 
 
 def mutated_packets(rng, encoding):
-    from veckm_flow_ros.events import EventArray, TriggerArray
-    from veckm_flow_ros.packets import encode_packets, sort_for_vectors
+    from veckm_flow_ros.eventio.events import EventArray, TriggerArray
+    from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
     n = int(rng.integers(1, 3000))
     t_ns = np.sort(rng.integers(0, 50 * 10**9, n)) // 10**6 * 10**6
     events = sort_for_vectors(EventArray(t_ns, rng.integers(0, 2048, n),
@@ -82,7 +82,7 @@ def real_packets():
     recordings = ROOT.parent / 'shared' / 'data' / 'recordings'
     if not recordings.is_dir():
         return []
-    from veckm_flow_ros.bag import read_event_messages
+    from veckm_flow_ros.eventio.bag import read_event_messages
     return [(item.msg.encoding, item.msg.events.tobytes(), int(item.msg.time_base))
             for bag in sorted(p for p in recordings.iterdir() if p.is_dir())
             for item in read_event_messages(bag)]
@@ -127,9 +127,9 @@ def main():
         return 2
     build(args.build_dir)
     sys.path.insert(0, str(ROOT))
-    from veckm_flow_ros import decode
+    from veckm_flow_ros.eventio import decode
     decode._EXTENSION[:] = [torch]  # the ASan-built ops are registered; skip the package's _C
-    from veckm_flow_ros.decode import ENCODINGS, PacketDecoder
+    from veckm_flow_ros.eventio.decode import ENCODINGS, PacketDecoder
 
     rng = np.random.default_rng(args.seed)
     real = real_packets()

@@ -45,9 +45,9 @@ def main(argv=None):
     parser.add_argument('--out-dir', type=pathlib.Path, default=default_dir)
     args = parser.parse_args(argv)
 
-    from veckm_flow_ros import simulate
-    from veckm_flow_ros.bag import EventBagWriter
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.bag import EventBagWriter
+    from veckm_flow_ros.eventio.packets import encode_packets
+    from veckm_flow_ros.learning import simulate
 
     sensor = simulate.SensorConfig(noise_rate_hz_per_px=NOISE_RATE_HZ_PER_PX)
     scene = simulate.make_scene(SCENE['motion'], SCENE['texture'], seed=SCENE['seed'],

@@ -48,7 +48,7 @@ def published_models_dir():
 @pytest.fixture(scope='session')
 def model():
     """Load the shipped default model, as the node and the CLI do."""
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core.model import load_model
     return load_model()
 
 

@@ -12,20 +12,20 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Bag reading and writing (veckm_flow_ros.bag) and the `veckm-flow info` command."""
+"""Bag reading and writing (veckm_flow_ros.eventio.bag) and the `veckm-flow info` command."""
 
 import shutil
 
 import numpy as np
 import pytest
 
-from veckm_flow_ros.bag import (EVENT_ARRAY_TYPE, EVENT_PACKET_TYPE, EventBag, EventBagWriter,
-                                list_event_topics, read_event_messages)
 from veckm_flow_ros.cli import main as cli_main
-from veckm_flow_ros.commands.info import summarize_bag
-from veckm_flow_ros.decode import PacketDecoder
-from veckm_flow_ros.events import EventArray, TriggerArray
-from veckm_flow_ros.packets import encode_packets, sort_for_vectors
+from veckm_flow_ros.cli.info import summarize_bag
+from veckm_flow_ros.eventio.bag import (EVENT_ARRAY_TYPE, EVENT_PACKET_TYPE, EventBag,
+                                        EventBagWriter, list_event_topics, read_event_messages)
+from veckm_flow_ros.eventio.decode import PacketDecoder
+from veckm_flow_ros.eventio.events import EventArray, TriggerArray
+from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
 
 TOPIC = '/event_camera/events'
 

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros import confidence, evaluate, ops, simulate, train
-from veckm_flow_ros.model import VecKMFlowModel
+from veckm_flow_ros.core import confidence, ops
+from veckm_flow_ros.core.model import VecKMFlowModel
+from veckm_flow_ros.learning import simulate, train
+from veckm_flow_ros.offline import evaluate
 
 
 def _random_model(seed=0, features=16, hidden=32):

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros import ops, reference
-from veckm_flow_ros.estimator import NormalFlowEstimator
-from veckm_flow_ros.events import EventArray
+from veckm_flow_ros.core import ops, reference
+from veckm_flow_ros.core.estimator import NormalFlowEstimator
+from veckm_flow_ros.eventio.events import EventArray
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA device')
 

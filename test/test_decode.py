@@ -14,7 +14,7 @@
 
 
 """
-Tests of the EventPacket decoders (veckm_flow_ros.decode), with packets.py round trips.
+Tests of the EventPacket decoders (veckm_flow_ros.eventio.decode), with packets.py round trips.
 
 Both backends run every test: the C++ kernels and the numpy reference. The real recordings of
 ../shared/data/recordings must reproduce the checksums their upstream test suites assert, and
@@ -26,9 +26,10 @@ from array import array
 import numpy as np
 import pytest
 
-from veckm_flow_ros.decode import DecodeError, ENCODINGS, extension_available, PacketDecoder
-from veckm_flow_ros.events import EventArray, TriggerArray
-from veckm_flow_ros.packets import encode_packets, sort_for_vectors
+from veckm_flow_ros.eventio.decode import (DecodeError, ENCODINGS, extension_available,
+                                           PacketDecoder)
+from veckm_flow_ros.eventio.events import EventArray, TriggerArray
+from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
 
 BACKENDS = ('cpp', 'numpy')
 US = 1000  # ns per microsecond
@@ -64,7 +65,7 @@ def assert_same_triggers(a: TriggerArray, b: TriggerArray):
 @pytest.fixture(scope='module')
 def recordings(recordings_dir):
     """Bag name -> list of messages (rosbags objects), read once."""
-    from veckm_flow_ros.bag import read_event_messages
+    from veckm_flow_ros.eventio.bag import read_event_messages
     return {name: [item.msg for item in read_event_messages(recordings_dir / name)]
             for name in ('py_test_events_1', 'py_test_events_2',
                          'codecs_test_data_libcaer_rollover', 'codecs_test_data_mono_cd')}

@@ -27,9 +27,10 @@ from hypothesis import given, HealthCheck, settings, strategies as st
 import numpy as np
 import pytest
 
-from veckm_flow_ros.decode import DecodeError, ENCODINGS, extension_available, PacketDecoder
-from veckm_flow_ros.events import EventArray, TriggerArray
-from veckm_flow_ros.packets import encode_packets, evt3_words, sort_for_vectors
+from veckm_flow_ros.eventio.decode import (DecodeError, ENCODINGS, extension_available,
+                                           PacketDecoder)
+from veckm_flow_ros.eventio.events import EventArray, TriggerArray
+from veckm_flow_ros.eventio.packets import encode_packets, evt3_words, sort_for_vectors
 
 WIDTH, HEIGHT = 640, 480
 BACKENDS = [
@@ -45,7 +46,7 @@ needs_cpp = pytest.mark.skipif(not extension_available(), reason='veckm_flow_ros
 @functools.lru_cache(maxsize=None)
 def _recording(path):
     """Return (encoding, events bytes, time_base, width, height) of every message of a bag."""
-    from veckm_flow_ros.bag import EventBag
+    from veckm_flow_ros.eventio.bag import EventBag
     with EventBag(path) as bag:
         return tuple((m.msg.encoding, m.msg.events.tobytes(), int(m.msg.time_base),
                       int(m.msg.width), int(m.msg.height)) for m in bag.messages())
@@ -77,7 +78,7 @@ def _assert_same_triggers(actual: TriggerArray, expected: TriggerArray):
 # -- real recordings -------------------------------------------------------------------------
 
 def test_decode_message_and_counters(recordings_dir):
-    from veckm_flow_ros.bag import EventBag
+    from veckm_flow_ros.eventio.bag import EventBag
     decoder = PacketDecoder()
     with EventBag(recordings_dir / 'py_test_events_1') as bag:
         for item in bag.messages():

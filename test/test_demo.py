@@ -18,12 +18,12 @@ import cv2
 import numpy as np
 
 from veckm_flow_ros import cli
-from veckm_flow_ros.commands import demo
+from veckm_flow_ros.cli import demo
 
 
 def test_bundled_recording_is_small_and_complete():
-    from veckm_flow_ros.bag import list_event_topics
-    from veckm_flow_ros.sequences import load_sequence
+    from veckm_flow_ros.eventio.bag import list_event_topics
+    from veckm_flow_ros.offline.sequences import load_sequence
     assert demo.DEMO_BAG.stat().st_size + demo.DEMO_TRUTH.stat().st_size < 4_000_000
     topics = list_event_topics(demo.DEMO_BAG)
     assert topics['/event_camera/events'].message_count > 100
@@ -53,7 +53,7 @@ def test_demo_quick_end_to_end(model_args, tmp_path, capsys):
 
 
 def test_demo_without_shipped_model_fails_clearly(monkeypatch, tmp_path, capsys):
-    from veckm_flow_ros import model
+    from veckm_flow_ros.core import model
     monkeypatch.setattr(model, 'MODELS_DIR', tmp_path / 'no_models')
     status = cli.main(['demo', '--quick', '--out-dir', str(tmp_path / 'demo')])
     error = capsys.readouterr().err.strip()

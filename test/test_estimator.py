@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros import ops
-from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
-from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.model import load_model, VecKMFlowModel
+from veckm_flow_ros.core import ops
+from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+from veckm_flow_ros.core.model import load_model, VecKMFlowModel
+from veckm_flow_ros.eventio.events import EventArray
 
 WIDTH, HEIGHT = 48, 36
 
@@ -381,7 +381,7 @@ def test_rotation_mean_option_on_the_demo_scene(model, project_root):
     Measured, default model, every 4th event (45,857 scored): %Pos 95.2 plain -> 96.8 with
     the ensemble mean, relative PEE 35.0 % -> 29.0 %.
     """
-    from veckm_flow_ros.metrics import flow_metrics
+    from veckm_flow_ros.core.metrics import flow_metrics
     data = np.load(project_root / 'veckm_flow_ros' / 'data' / 'demo_scene.npz')
     events = EventArray(data['t'].astype(np.int64), data['x'], data['y'], data['p'])
     width, height = int(data['width']), int(data['height'])

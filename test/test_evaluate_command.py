@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from veckm_flow_ros import cli
-from veckm_flow_ros.sequences import ground_truth_at, load_sequence, match_events
+from veckm_flow_ros.offline.sequences import ground_truth_at, load_sequence, match_events
 
 DEMO_TRUTH = (pathlib.Path(__file__).resolve().parents[1] / 'veckm_flow_ros' / 'data'
               / 'demo_scene.npz')

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from veckm_flow_ros import metrics
+from veckm_flow_ros.core import metrics
 
 
 def test_points_on_the_generalized_normal_flow_circle_have_zero_pee():

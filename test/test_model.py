@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros import model as model_module
-from veckm_flow_ros.model import (load_model, load_published_model, ModelError, save_model,
-                                  VecKMFlowModel)
+from veckm_flow_ros.core import model as model_module
+from veckm_flow_ros.core.model import (load_model, load_published_model, ModelError,
+                                       save_model, VecKMFlowModel)
 
 PUBLISHED = ('640x480_24ms_C64_k8', '640x480_24ms_C64_k10', '640x480_32ms_C64_k8',
              '640x480_32ms_C64_k10')
@@ -174,7 +174,7 @@ def test_model_to_device_keeps_values():
 
 
 def _c4_model(seed=0):
-    from veckm_flow_ros import train
+    from veckm_flow_ros.learning import train
     recipe = train.Recipe(equivariance='c4', seed=seed)
     freq = train.recipe_frequencies(recipe)
     torch.manual_seed(seed)
@@ -186,7 +186,7 @@ def _c4_model(seed=0):
 
 @pytest.mark.parametrize('rows', [0, 1, 23, 24, 25, 1000])
 def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
-    from veckm_flow_ros import ops
+    from veckm_flow_ros.core import ops
     if not ops.has_flow_mlp_c4():
         pytest.skip('flow_mlp_c4 needs x86-64 with AVX2 and FMA')
     for model in (_c4_model(0), _c4_model(1), load_model('veckm_r10_tau12ms'),
@@ -200,7 +200,7 @@ def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
 
 
 def test_c4_fourier_form_only_for_models_it_reproduces():
-    from veckm_flow_ros import ops
+    from veckm_flow_ros.core import ops
     model = _c4_model()
     # Not equivariant any more: the dense kernel.
     broken = dataclasses.replace(model, w2=model.w2 + 0.01 * torch.randn(model.w2.shape))

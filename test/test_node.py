@@ -44,8 +44,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image, PointCloud2  # noqa: E402
 
-from veckm_flow_ros import node as flow_node  # noqa: E402
-from veckm_flow_ros.flow_cloud import points_from_pointcloud2  # noqa: E402
+from veckm_flow_ros.eventio.flow_cloud import points_from_pointcloud2  # noqa: E402
+from veckm_flow_ros.ros import node as flow_node  # noqa: E402
 
 DOMAIN_ID = 100 + os.getpid() % 100
 MODEL_NAME = '640x480_32ms_C64_k8'
@@ -155,7 +155,7 @@ class Harness:
 
 @pytest.fixture
 def harness_factory(ros_context, model_path):
-    pytest.importorskip('veckm_flow_ros.estimator', reason='the estimator has not landed yet')
+    pytest.importorskip('veckm_flow_ros.core.estimator', reason='the estimator has not landed yet')
     created = []
 
     def make(**parameters):
@@ -254,7 +254,7 @@ def test_raw_event_packet_parsing_matches_rclpy():
 def _pointcloud2_message(points, stamp_ns, frame_id):
     """Build the ~/flow PointCloud2 field by field with rclpy (the reference layout)."""
     from sensor_msgs.msg import PointField
-    from veckm_flow_ros.flow_cloud import pointcloud2_fields
+    from veckm_flow_ros.eventio.flow_cloud import pointcloud2_fields
     layout = pointcloud2_fields(points)
     msg = PointCloud2()
     msg.header.stamp = flow_node.stamp_from_ns(stamp_ns)
@@ -271,7 +271,7 @@ def _pointcloud2_message(points, stamp_ns, frame_id):
 
 def test_serialized_flow_cloud_is_the_pointcloud2_message():
     from rclpy.serialization import deserialize_message
-    from veckm_flow_ros.flow_cloud import flow_point_dtype
+    from veckm_flow_ros.eventio.flow_cloud import flow_point_dtype
     rng = np.random.default_rng(3)
     for with_confidence in (False, True):
         for count in (0, 1, 5, 1001):
@@ -330,7 +330,7 @@ def test_the_automatic_block_is_the_models_context_slice(harness_factory):
 def test_console_entry_point_reports_start_up_errors_without_traceback(model_path):
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     result = subprocess.run(
-        [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
+        [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros.node import main; '
          'sys.exit(main())', '--ros-args', '-p', f'model:={model_path}',
          '-p', 'pixel_radius:=10'],
         capture_output=True, text=True, timeout=60, env=env)
@@ -366,12 +366,12 @@ def test_node_process_stops_cleanly(ros_context, stop_signal, phase):
     thread left inside C++ at exit), tracebacks (publishers created on a context the signal
     already shut down) and errors from a worker publishing after shutdown.
     """
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     # A name of its own: the graph may still list the in-process test nodes' 'veckm_flow'.
     name = f'veckm_flow_stop_{phase}_{int(stop_signal)}'
     process = subprocess.Popen(
-        [sys.executable, '-c', 'import sys; from veckm_flow_ros.node import main; '
+        [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros.node import main; '
          'sys.exit(main())', '--ros-args', '-r', f'__node:={name}', '-p', 'torch_threads:=2',
          '-p', 'block_ms:=5.0'],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -422,7 +422,7 @@ def test_node_process_stops_cleanly(ros_context, stop_signal, phase):
 
 
 def _publish_recording(harness, recording, limit=None):
-    from veckm_flow_ros.bag import read_event_messages
+    from veckm_flow_ros.eventio.bag import read_event_messages
     sent = []
     for index, item in enumerate(read_event_messages(recording)):
         if limit is not None and index >= limit:
@@ -477,7 +477,7 @@ EDGES = ((160, 120, 0.3, 250.0), (480, 120, 2.0, 300.0),
 def moving_edges(duration_s=0.3, t0_ns=1_000_000_000, radius_px=50, events_per_pixel=2,
                  seed=0):
     """Events of EDGES sweeping their disks; returns (EventArray sorted by time, gt u, gt v)."""
-    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.eventio.events import EventArray
     rng = np.random.default_rng(seed)
     columns = []
     for cx, cy, angle, speed in EDGES:
@@ -502,7 +502,7 @@ def moving_edges(duration_s=0.3, t0_ns=1_000_000_000, radius_px=50, events_per_p
 
 def _publish_events(harness, events, packet_s=1e-3, stamp_offset_ns=0, pace=True):
     """Encode `events` as evt3 packets of packet_s and publish them; returns the count."""
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     packets = encode_packets(events, 'evt3', packet_duration_ns=int(packet_s * 1e9))
     for packet in packets:
         harness.publish('evt3', packet.data, packet.first_t_ns + stamp_offset_ns)
@@ -588,7 +588,7 @@ def test_lost_evt3_packets_do_not_restart_the_stream(harness_factory):
     # lost: the next packet's first events must not take the time of the last decoded
     # one (8 ms early), which would look like the sensor time jumping back and reset the
     # estimator; the decoder resyncs on the seq gap instead.
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     harness = harness_factory()
     events, _, _ = moving_edges(duration_s=0.12)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
@@ -683,7 +683,7 @@ def _clouds_by_pass(clouds):
 
 def test_bag_loop_resets_the_decoder_before_decoding(harness_factory):
     """The same evt3 packets played twice (seq and stamps restart) give the same flows."""
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     harness = harness_factory(block_ms=5.0, target_stride=4)
     events, _, _ = moving_edges(duration_s=0.15)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
@@ -718,10 +718,10 @@ def test_confidence_field_when_enabled(harness_factory):
 
 def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
     """Same packets (jittered header stamps) through the node and replay: same stamps."""
-    from veckm_flow_ros.bag import EventBagWriter
-    from veckm_flow_ros.model import load_model
-    from veckm_flow_ros.packets import encode_packets
-    from veckm_flow_ros.replay import ReplayOptions, ReplayOutputs, replay_bag
+    from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.eventio.bag import EventBagWriter
+    from veckm_flow_ros.eventio.packets import encode_packets
+    from veckm_flow_ros.offline.replay import ReplayOptions, ReplayOutputs, replay_bag
     events, _, _ = moving_edges(duration_s=0.25)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
     rng = np.random.default_rng(3)
@@ -737,7 +737,7 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
                ReplayOutputs(bag=tmp_path / 'flow_bag'))
     from rosbags.rosbag2 import Reader
 
-    from veckm_flow_ros.bag import make_typestore
+    from veckm_flow_ros.eventio.bag import make_typestore
     typestore = make_typestore()
     replay_stamps = []
     with Reader(tmp_path / 'flow_bag') as reader:
@@ -758,7 +758,7 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
 
 def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(harness_factory):
     """The worker pushes a batch of packets at once: same ~/flow as one packet at a time."""
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     events, _, _ = moving_edges(duration_s=0.12)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
     rng = np.random.default_rng(4)
@@ -813,7 +813,7 @@ def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monke
     """
     import torch
 
-    from veckm_flow_ros.estimator import NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
     harness = harness_factory(compute_threads=2, torch_threads=0)
     node = harness.node
     assert node.warmed_up.wait(30.0)
@@ -839,7 +839,7 @@ def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monke
 
 def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
     """compute_threads = 3: blocks computed at once in pool threads, ~/flow the same, in order."""
-    from veckm_flow_ros.packets import encode_packets
+    from veckm_flow_ros.eventio.packets import encode_packets
     events, _, _ = moving_edges(duration_s=0.15)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
     queued = [flow_node.QueuedPacket('evt3', bytes(p.data), 0, 640, 480, seq,

@@ -19,8 +19,10 @@ import math
 import numpy as np
 import pytest
 
-from veckm_flow_ros import metrics, planefit, simulate
-from veckm_flow_ros.events import EventArray
+from veckm_flow_ros.core import metrics
+from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.learning import simulate
+from veckm_flow_ros.offline import planefit
 
 
 def _ideal_edge(normal_angle, speed_px_s, width=40, height=30):

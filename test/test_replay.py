@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from veckm_flow_ros import cli
-from veckm_flow_ros.flow_cloud import points_from_pointcloud2
-from veckm_flow_ros.replay import (FLOW_IMAGE_TOPIC, FLOW_TOPIC, load_flows_npz, replay_bag,
-                                   ReplayOptions, ReplayOutputs)
+from veckm_flow_ros.eventio.flow_cloud import points_from_pointcloud2
+from veckm_flow_ros.offline.replay import (FLOW_IMAGE_TOPIC, FLOW_TOPIC, load_flows_npz,
+                                           replay_bag, ReplayOptions, ReplayOutputs)
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / 'veckm_flow_ros' / 'data'
 DEMO_BAG = DATA_DIR / 'demo_scene.mcap'
@@ -40,7 +40,7 @@ def _quick(**changes):
 def _read_output_bag(path):
     from rosbags.rosbag2 import Reader
 
-    from veckm_flow_ros.bag import make_typestore
+    from veckm_flow_ros.eventio.bag import make_typestore
     typestore = make_typestore()
     clouds, images = [], []
     with Reader(path) as reader:
@@ -183,9 +183,9 @@ def test_cli_prints_summary(model_args, tmp_path, capsys):
 
 
 def test_each_frame_holds_all_of_its_flows():
-    from veckm_flow_ros.estimator import FlowBlock
-    from veckm_flow_ros.events import EventArray
-    from veckm_flow_ros.replay import FramePainter
+    from veckm_flow_ros.core.estimator import FlowBlock
+    from veckm_flow_ros.eventio.events import EventArray
+    from veckm_flow_ros.offline.replay import FramePainter
     frames = []
     painter = FramePainter(200, 100, 10_000_000, 100.0, 16,
                            lambda index, end_ns, flow, panel: frames.append(flow))

@@ -19,8 +19,8 @@ import math
 import numpy as np
 import pytest
 
-from veckm_flow_ros import simulate
-from veckm_flow_ros.simulate import Layer, Motion, Scene, SensorConfig
+from veckm_flow_ros.learning import simulate
+from veckm_flow_ros.learning.simulate import Layer, Motion, Scene, SensorConfig
 
 WIDTH, HEIGHT = 64, 48
 
@@ -178,10 +178,10 @@ def test_expm2_matches_series():
 
 @pytest.mark.parametrize('encoding', ['evt3', 'mono'])
 def test_cli_writes_npz_and_a_bag_that_decodes_to_the_same_events(tmp_path, encoding):
-    from veckm_flow_ros.bag import EventBag
     from veckm_flow_ros.cli import main
-    from veckm_flow_ros.decode import PacketDecoder
-    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.eventio.bag import EventBag
+    from veckm_flow_ros.eventio.decode import PacketDecoder
+    from veckm_flow_ros.eventio.events import EventArray
     out, bag = tmp_path / 'seq.npz', tmp_path / 'bag'
     assert main(['simulate', '--out', str(out), '--bag', str(bag), '--encoding', encoding,
                  '--seed', '1', '--duration-s', '0.03', '--width', '80', '--height', '60']) == 0

@@ -17,8 +17,8 @@
 import numpy as np
 import pytest
 
-from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.timesync import SeqGapCounter, TimeSync
+from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.eventio.timesync import SeqGapCounter, TimeSync
 
 STAMP0 = 1_700_000_000_123_456_789  # a ROS stamp: float64 alone would lose ~256 ns here
 

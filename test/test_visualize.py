@@ -12,13 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Colour wheel, flow images, arrow overlays and panels of veckm_flow_ros.visualize."""
+"""Colour wheel, flow images, arrow overlays and panels of veckm_flow_ros.offline.visualize."""
 
 import cv2
 import numpy as np
 import pytest
 
-from veckm_flow_ros import visualize
+from veckm_flow_ros.offline import visualize
 
 
 def _hue_deg(bgr):

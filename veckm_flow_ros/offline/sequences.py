@@ -41,7 +41,7 @@ from typing import Union
 
 import numpy as np
 
-from veckm_flow_ros.events import EventArray
+from veckm_flow_ros.eventio.events import EventArray
 
 PathLike = Union[str, os.PathLike]
 
@@ -66,7 +66,7 @@ def load_sequence(path: PathLike):
     if path.is_dir():
         return load_evimo2_directory(path)
     if path.suffix == '.npz':
-        from veckm_flow_ros.simulate import load_npz
+        from veckm_flow_ros.learning.simulate import load_npz
         try:
             return load_npz(path)
         except (OSError, KeyError, EOFError, ValueError) as error:
@@ -84,7 +84,7 @@ def _load_array(path: pathlib.Path) -> np.ndarray:
 
 def load_evimo2_directory(directory: PathLike):
     """Load the EVIMO2-style directory layout of the module doc; returns SimulatedSequence."""
-    from veckm_flow_ros.simulate import SimulatedSequence
+    from veckm_flow_ros.learning.simulate import SimulatedSequence
     directory = pathlib.Path(directory)
     missing = [name for key, name in EVIMO2_FILES.items()
                if key != 'p' and not (directory / name).is_file()]

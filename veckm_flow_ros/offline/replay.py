@@ -40,9 +40,9 @@ from typing import List, Optional, Union
 
 import numpy as np
 
-from veckm_flow_ros import visualize
-from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.flow_cloud import block_flow_points, pointcloud2_fields
+from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
+from veckm_flow_ros.offline import visualize
 
 PathLike = Union[str, os.PathLike]
 
@@ -216,7 +216,7 @@ class FlowBagOutput:
     def __init__(self, path: PathLike, storage: str = 'mcap'):
         from rosbags.rosbag2 import StoragePlugin, Writer
 
-        from veckm_flow_ros.bag import make_typestore
+        from veckm_flow_ros.eventio.bag import make_typestore
         self.path = pathlib.Path(path)
         if self.path.exists():
             raise ValueError(f'output bag {self.path} already exists; choose a new path or '
@@ -412,7 +412,7 @@ def replay_bag(path: PathLike, model, options: ReplayOptions = None,
     FileNotFoundError for a missing bag and ValueError (one line, naming the bag) for a bag
     that cannot be read, a wrong topic, or an output that already exists.
     """
-    from veckm_flow_ros.bag import EventBag
+    from veckm_flow_ros.eventio.bag import EventBag
     options = options or ReplayOptions()
     outputs = outputs or ReplayOutputs()
     with EventBag(path) as bag:
@@ -431,8 +431,8 @@ class _ReplayRun:
     """The state of one replay: decoder, time sync, estimator, outputs, counters."""
 
     def __init__(self, bag_name, topic, model, options, outputs):
-        from veckm_flow_ros.decode import PacketDecoder
-        from veckm_flow_ros.timesync import TimeSync
+        from veckm_flow_ros.eventio.decode import PacketDecoder
+        from veckm_flow_ros.eventio.timesync import TimeSync
         self.model = model
         self.options = options
         self.outputs = outputs
@@ -492,7 +492,7 @@ class _ReplayRun:
             self.summary.cpu_s += time.process_time() - cpu_start
 
     def _message(self, item):
-        from veckm_flow_ros.decode import DecodeError
+        from veckm_flow_ros.eventio.decode import DecodeError
         msg = item.msg
         summary = self.summary
         summary.messages += 1
@@ -535,15 +535,15 @@ class _ReplayRun:
 
     def _restart_stream(self):
         """As the node does: fresh decoder (before decoding) and time sync, estimator reset."""
-        from veckm_flow_ros.decode import PacketDecoder
-        from veckm_flow_ros.timesync import TimeSync
+        from veckm_flow_ros.eventio.decode import PacketDecoder
+        from veckm_flow_ros.eventio.timesync import TimeSync
         self.decoder = PacketDecoder()
         self.timesync = TimeSync()
         if self.estimator is not None:
             self.estimator.reset()
 
     def _start(self, width, height, t_first_ns):
-        from veckm_flow_ros.estimator import automatic_block_s, NormalFlowEstimator
+        from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
         options = self.options
         summary = self.summary
         summary.width, summary.height = width, height

@@ -22,7 +22,7 @@ STAMP_OFFSET_NS = 1_735_689_600_000_000_000
 
 
 def register(subparsers):
-    from veckm_flow_ros import simulate
+    from veckm_flow_ros.learning import simulate
     parser = subparsers.add_parser(
         'simulate', help='simulate events with exact ground-truth optical flow',
         description='Render a procedurally textured scene under a known motion and write its '
@@ -51,7 +51,7 @@ def register(subparsers):
 
 
 def run(args):
-    from veckm_flow_ros import simulate
+    from veckm_flow_ros.learning import simulate
     if args.duration_s <= 0:
         raise ValueError(f'--duration-s must be positive, got {args.duration_s}')
     if not (8 <= args.width <= 4096 and 8 <= args.height <= 4096):
@@ -77,8 +77,8 @@ def write_bag(sequence, path, encoding='evt3', packet_ms=1.0):
 
     Header stamps are STAMP_OFFSET_NS + the sensor time of each packet's last event.
     """
-    from veckm_flow_ros.bag import EventBagWriter
-    from veckm_flow_ros.packets import encode_packets, sort_for_vectors
+    from veckm_flow_ros.eventio.bag import EventBagWriter
+    from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
     if not packet_ms > 0:
         raise ValueError(f'--packet-ms must be positive, got {packet_ms}')
     events = sort_for_vectors(sequence.events) if encoding in ('evt3', 'libcaer_cmp') \

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-The `veckm-flow` command: one subcommand per module in veckm_flow_ros/commands/.
+The `veckm-flow` command: one subcommand per module in this package (veckm_flow_ros/cli/).
 
 Each command module defines `register(subparsers)`, which adds its parser and sets
 `func=run` (run(args) -> exit status). Commands are imported lazily by name so that a
@@ -45,13 +45,7 @@ def build_parser():
         description='Per-event normal flow for event cameras (VecKM encoding + MLP).')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND')
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f'veckm_flow_ros.commands.{name}')
-        except ModuleNotFoundError as error:
-            if error.name == f'veckm_flow_ros.commands.{name}':
-                continue  # command not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f'veckm_flow_ros.cli.{name}').register(subparsers)
     return parser
 
 

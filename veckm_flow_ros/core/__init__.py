@@ -12,4 +12,9 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Subcommands of `veckm-flow`; each module defines register(subparsers)."""
+"""
+The algorithm.
+
+The compiled VecKM ops, the model and its symmetries, the streaming estimator, per-flow
+confidence and the accuracy metrics. numpy + torch; no ROS.
+"""

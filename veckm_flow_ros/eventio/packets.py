@@ -43,7 +43,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from veckm_flow_ros.events import EventArray, TriggerArray
+from veckm_flow_ros.eventio.events import EventArray, TriggerArray
 
 ENCODABLE = ('evt3', 'libcaer_cmp', 'libcaer', 'mono')
 EVT3_MAX_COORDINATE = 2047  # 11-bit addresses

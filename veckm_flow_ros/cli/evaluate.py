@@ -66,10 +66,10 @@ def first_seconds(sequence, duration_s):
 
 
 def run(args) -> int:
-    from veckm_flow_ros import evaluate
-    from veckm_flow_ros.metrics import format_table
-    from veckm_flow_ros.model import load_model
-    from veckm_flow_ros.sequences import load_sequence
+    from veckm_flow_ros.core.metrics import format_table
+    from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.offline import evaluate
+    from veckm_flow_ros.offline.sequences import load_sequence
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f'--duration must be > 0 seconds, got {args.duration}')
     if args.block_ms <= 0:

@@ -39,7 +39,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-MODELS_DIR = pathlib.Path(__file__).resolve().parent / 'models'
+MODELS_DIR = pathlib.Path(__file__).resolve().parents[1] / 'models'
 # A text file in MODELS_DIR naming the default model; without it a lone shipped model is used.
 DEFAULT_MODEL_FILE = 'DEFAULT'
 CHECKPOINT_FORMAT = 'veckm_flow_ros.checkpoint'
@@ -101,7 +101,7 @@ class VecKMFlowModel:
     @functools.cached_property
     def equivariance(self) -> str:
         """'d4', 'c4' or 'none': the symmetry group the model is exactly equivariant to."""
-        from veckm_flow_ros.symmetry import model_equivariance
+        from veckm_flow_ros.core.symmetry import model_equivariance
         return model_equivariance(self)
 
     @property
@@ -154,7 +154,7 @@ class VecKMFlowModel:
         features: float32 [M, 2D] (Re f then Im f). Returns float32 [M, 2] (u, v) in px/s,
         image axes (x right, y down).
         """
-        from veckm_flow_ros import ops
+        from veckm_flow_ros.core import ops
         if features.device.type == 'cpu' and self.c4_fourier_blocks is not None:
             blocks, groups = self.c4_fourier_blocks
             return ops.flow_mlp_c4(features, blocks, self.w3, groups, self.flow_scale_px_s)
@@ -170,10 +170,10 @@ class VecKMFlowModel:
         """
         if os.environ.get('VECKM_FLOW_MLP') in ('dense', 'blas'):
             return None
-        from veckm_flow_ros import ops
+        from veckm_flow_ros.core import ops
         if not ops.has_flow_mlp_c4():
             return None
-        from veckm_flow_ros.symmetry import c4_fourier_blocks
+        from veckm_flow_ros.core.symmetry import c4_fourier_blocks
         return c4_fourier_blocks(self)
 
 

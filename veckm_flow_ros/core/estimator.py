@@ -41,9 +41,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Union
 import numpy as np
 import torch
 
-from veckm_flow_ros import ops
-from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.model import load_model, VecKMFlowModel
+from veckm_flow_ros.core import ops
+from veckm_flow_ros.core.model import load_model, VecKMFlowModel
+from veckm_flow_ros.eventio.events import EventArray
 
 LOGGER = logging.getLogger(__name__)
 # A packet whose first event is older than the newest seen by more than this restarts the
@@ -515,7 +515,7 @@ class NormalFlowEstimator:
             target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64))
             target_index = target_index.to(self.device)
         if self.confidence or self.rotation_mean:
-            from veckm_flow_ros.confidence import predict_with_confidence
+            from veckm_flow_ros.core.confidence import predict_with_confidence
             flow, confidence = predict_with_confidence(model, t_ns, x, y, target_index,
                                                        self.width, self.height,
                                                        mean_flow=self.rotation_mean)

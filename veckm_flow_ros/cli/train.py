@@ -61,8 +61,8 @@ def register(subparsers):
 def run(args):
     import torch
 
-    from veckm_flow_ros import train
-    from veckm_flow_ros.estimator import automatic_block_s
+    from veckm_flow_ros.core.estimator import automatic_block_s
+    from veckm_flow_ros.learning import train
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f'--threads must be >= 1, got {args.threads}')

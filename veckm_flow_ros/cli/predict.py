@@ -52,7 +52,7 @@ def register(subparsers):
 
 def load_events(path):
     """Read an events .npz; returns (EventArray, width, height, time_unit description)."""
-    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.eventio.events import EventArray
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'events file {path} does not exist')
@@ -97,8 +97,8 @@ def load_events(path):
 def run(args) -> int:
     from tqdm import tqdm
 
-    from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.model import load_model
     events, width, height, unit = load_events(args.events)
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')

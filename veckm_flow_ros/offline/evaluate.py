@@ -31,8 +31,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from veckm_flow_ros import metrics, simulate
-from veckm_flow_ros.simulate import SimulatedSequence
+from veckm_flow_ros.core import metrics
+from veckm_flow_ros.learning import simulate
+from veckm_flow_ros.learning.simulate import SimulatedSequence
 
 HELDOUT_SEED = 900_000
 
@@ -64,7 +65,7 @@ def model_method(model, block_s: float = 0.005, with_confidence: bool = False,
 
 def planefit_method(**params) -> Method:
     """Return a method that runs planefit.plane_fit_flow(events, width, height, **params)."""
-    from veckm_flow_ros import planefit
+    from veckm_flow_ros.offline import planefit
 
     def run(sequence: SimulatedSequence) -> Prediction:
         return Prediction(planefit.plane_fit_flow(sequence.events, sequence.width,
@@ -81,7 +82,7 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
     mean_flow: the flow is the rotation-ensemble mean (NormalFlowEstimator rotation_mean);
     blocks and context are unchanged.
     """
-    from veckm_flow_ros.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     if (with_confidence or mean_flow) and num_rotations != 4:
         raise ValueError('the estimator confidence uses 4 rotations, got num_rotations = '
                          f'{num_rotations}')
@@ -110,9 +111,9 @@ def decode_recording(path, max_events: Optional[int] = None):
     Returns (EventArray of the first max_events CD events sorted by time (all with None),
     width, height); no ground truth (real recordings).
     """
-    from veckm_flow_ros.bag import EventBag
-    from veckm_flow_ros.decode import PacketDecoder
-    from veckm_flow_ros.events import EventArray
+    from veckm_flow_ros.eventio.bag import EventBag
+    from veckm_flow_ros.eventio.decode import PacketDecoder
+    from veckm_flow_ros.eventio.events import EventArray
     decoder = PacketDecoder()
     parts, total, size = [], 0, None
     with EventBag(path) as bag:

@@ -79,7 +79,7 @@ def set_threads(threads: int):
 
 def options_from_args(args):
     """Build ReplayOptions from parsed arguments (shared with the demo command)."""
-    from veckm_flow_ros.replay import ReplayOptions
+    from veckm_flow_ros.offline.replay import ReplayOptions
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
     if args.fps <= 0:
@@ -98,8 +98,8 @@ def options_from_args(args):
 
 
 def run(args) -> int:
-    from veckm_flow_ros.model import load_model
-    from veckm_flow_ros.replay import replay_bag, ReplayOutputs
+    from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.offline.replay import replay_bag, ReplayOutputs
     options = options_from_args(args)
     set_threads(args.threads)
     outputs = ReplayOutputs(bag=args.out, npz=args.npz, video=args.video,

@@ -39,7 +39,7 @@ def register(subparsers):
 def run(args) -> int:
     import torch
 
-    from veckm_flow_ros import benchmark
+    from veckm_flow_ros.offline import benchmark
     devices = args.device or (['cpu', 'cuda'] if torch.cuda.is_available() else ['cpu'])
     if 'cuda' in devices and not torch.cuda.is_available():
         raise ValueError('--device cuda given but torch.cuda.is_available() is False')

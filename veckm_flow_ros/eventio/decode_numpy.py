@@ -18,8 +18,8 @@ Vectorised numpy decoders of EventPacket buffers: the reference for the C++ kern
 
 Each function mirrors one op of csrc/decode.cpp (same arguments, same state layout, same
 outputs, numpy instead of tensors) but is written independently, as array programs over all
-words at once instead of a state machine. `veckm_flow_ros.decode` uses them when the compiled
-extension is missing and the tests compare both on real recordings and on random bytes.
+words at once instead of a state machine. `veckm_flow_ros.eventio.decode` uses them when the
+compiled extension is missing and the tests compare both on real recordings and on random bytes.
 
 Outputs: t_ns int64[N], x uint16[N], y uint16[N], p uint8[N] and `stats` int64[4] = (events
 dropped outside width x height, unknown words, trailing bytes, invalid timestamps).

@@ -29,7 +29,7 @@ its fit.
 import cv2
 import numpy as np
 
-from veckm_flow_ros.events import EventArray
+from veckm_flow_ros.eventio.events import EventArray
 
 
 def plane_fit_flow(events: EventArray, width: int, height: int, pixel_radius: int = 3,

@@ -45,7 +45,7 @@ from typing import List, Optional
 import cv2
 import numpy as np
 
-from veckm_flow_ros.events import EventArray
+from veckm_flow_ros.eventio.events import EventArray
 
 TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings', 'blobs')
 MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects')

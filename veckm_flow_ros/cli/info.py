@@ -72,9 +72,9 @@ class TopicInfo:
 
 def summarize_bag(path, topic: Optional[str] = None, backend: str = 'auto') -> list:
     """Decode every event message of the bag at `path`; return one TopicInfo per topic."""
-    from veckm_flow_ros.bag import EventBag
-    from veckm_flow_ros.decode import DecodeError, PacketDecoder
-    from veckm_flow_ros.timesync import SeqGapCounter
+    from veckm_flow_ros.eventio.bag import EventBag
+    from veckm_flow_ros.eventio.decode import DecodeError, PacketDecoder
+    from veckm_flow_ros.eventio.timesync import SeqGapCounter
     infos, decoders, seq_counters = {}, {}, {}
     with EventBag(path) as bag:
         topics = bag.event_topics()

@@ -90,8 +90,9 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
 
-from veckm_flow_ros.events import EventArray
-from veckm_flow_ros.flow_cloud import block_flow_points, make_flow_points, pointcloud2_fields
+from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.eventio.flow_cloud import (block_flow_points, make_flow_points,
+                                               pointcloud2_fields)
 
 EXECUTABLE = 'veckm_flow_node'
 NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay bags
@@ -642,10 +643,10 @@ class VecKMFlowNode(Node):
         """Load the model, check it against the parameters, build decoder, sync, estimator."""
         import torch
 
-        from veckm_flow_ros.decode import PacketDecoder
-        from veckm_flow_ros.estimator import automatic_block_s
-        from veckm_flow_ros.model import load_model
-        from veckm_flow_ros.timesync import SeqGapCounter, TimeSync
+        from veckm_flow_ros.core.estimator import automatic_block_s
+        from veckm_flow_ros.core.model import load_model
+        from veckm_flow_ros.eventio.decode import PacketDecoder
+        from veckm_flow_ros.eventio.timesync import SeqGapCounter, TimeSync
         config = self.config
         device = config['device']
         if device not in ('cpu', 'cuda'):
@@ -675,7 +676,7 @@ class VecKMFlowNode(Node):
         self._decoded_size = None  # the worker's view of the sensor size
 
     def _estimator_for(self, width: int, height: int):
-        from veckm_flow_ros.estimator import NormalFlowEstimator
+        from veckm_flow_ros.core.estimator import NormalFlowEstimator
         if self.estimator is not None and self.sensor_size == (width, height):
             return self.estimator
         if self.estimator is not None:
@@ -713,7 +714,7 @@ class VecKMFlowNode(Node):
         """
         import torch
 
-        from veckm_flow_ros.estimator import NormalFlowEstimator
+        from veckm_flow_ros.core.estimator import NormalFlowEstimator
         start = time.perf_counter()
         config = self.config
         estimator = NormalFlowEstimator(
@@ -1078,7 +1079,7 @@ class VecKMFlowNode(Node):
 
     def _decode(self, packet: QueuedPacket):
         """Return the packet's EventArray, or None when it cannot be decoded (counted)."""
-        from veckm_flow_ros.decode import DecodeError
+        from veckm_flow_ros.eventio.decode import DecodeError
         try:
             result = self.decoder.decode(packet.encoding, packet.data, packet.time_base,
                                          packet.width, packet.height)
@@ -1118,8 +1119,8 @@ class VecKMFlowNode(Node):
 
     def _reset_decoding(self):
         """Forget the decoder's and the time sync's state (worker thread)."""
-        from veckm_flow_ros.decode import PacketDecoder
-        from veckm_flow_ros.timesync import TimeSync
+        from veckm_flow_ros.eventio.decode import PacketDecoder
+        from veckm_flow_ros.eventio.timesync import TimeSync
         self.decoder = PacketDecoder()
         self.timesync = TimeSync()
         self._last_stamp_ns = None
@@ -1159,7 +1160,7 @@ class VecKMFlowNode(Node):
         width, height = self.sensor_size
         if width == 0 or height == 0:
             return  # no packet decoded yet: the sensor size is unknown
-        from veckm_flow_ros.visualize import render_flow_image
+        from veckm_flow_ros.offline.visualize import render_flow_image
         points = np.concatenate(chunks) if chunks else make_flow_points([], [], [], [], [])
         max_speed_px_s = self.config['image_max_speed_px_s'] or None
         bgr = render_flow_image(points['x'], points['y'], points['u'], points['v'], width,

@@ -39,7 +39,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from veckm_flow_ros import ops, reference
+from veckm_flow_ros.core import ops, reference
 
 WIDTH, HEIGHT = 640, 480
 TAU_S = 0.012
@@ -113,7 +113,7 @@ def _c4_mlp():
     The 'cpu-c4' rows: the same encoding, then the C4-equivariant MLP of the same shape run
     with 6/16 of the dense multiply-adds (the default CPU path for our c4 models).
     """
-    from veckm_flow_ros.model import load_model
+    from veckm_flow_ros.core.model import load_model
     if not ops.has_flow_mlp_c4():
         return None
     model = load_model()

@@ -47,8 +47,8 @@ import warnings
 
 import numpy as np
 
-from veckm_flow_ros import decode_numpy
-from veckm_flow_ros.events import EventArray, TriggerArray
+from veckm_flow_ros.eventio import decode_numpy
+from veckm_flow_ros.eventio.events import EventArray, TriggerArray
 
 ENCODINGS = ('evt3', 'libcaer', 'libcaer_cmp', 'mono', 'trigger')
 BACKENDS = ('auto', 'cpp', 'numpy')

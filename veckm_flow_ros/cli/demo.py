@@ -65,10 +65,11 @@ def register(subparsers):
 
 
 def run(args) -> int:
-    from veckm_flow_ros.model import load_model, ModelError
-    from veckm_flow_ros.replay import load_flows_npz, replay_bag, ReplayOptions, ReplayOutputs
-    from veckm_flow_ros.commands.replay import set_threads
-    from veckm_flow_ros.sequences import load_sequence
+    from veckm_flow_ros.cli.replay import set_threads
+    from veckm_flow_ros.core.model import load_model, ModelError
+    from veckm_flow_ros.offline.replay import (load_flows_npz, replay_bag, ReplayOptions,
+                                               ReplayOutputs)
+    from veckm_flow_ros.offline.sequences import load_sequence
 
     set_threads(args.threads)
     for path in (DEMO_BAG, DEMO_TRUTH):
@@ -130,7 +131,7 @@ def _remove_previous_outputs(out_dir: pathlib.Path):
 
 
 def _truth_of_flows(sequence, flows):
-    from veckm_flow_ros.sequences import ground_truth_at
+    from veckm_flow_ros.offline.sequences import ground_truth_at
     return ground_truth_at(sequence, flows['t_ns'], flows['x'], flows['y'])
 
 
@@ -143,8 +144,8 @@ def evaluate_demo(sequence, flows, summary, baseline=True):
     """
     import numpy as np
 
-    from veckm_flow_ros.metrics import format_table, MetricsAccumulator
-    from veckm_flow_ros.sequences import match_events
+    from veckm_flow_ros.core.metrics import format_table, MetricsAccumulator
+    from veckm_flow_ros.offline.sequences import match_events
     events = sequence.events
     in_span = (events.t_ns >= (summary.t_first_ns or 0)) & (
         events.t_ns <= (summary.t_last_ns if summary.t_last_ns is not None else -1))
@@ -156,7 +157,7 @@ def evaluate_demo(sequence, flows, summary, baseline=True):
     accumulator = MetricsAccumulator()
     accumulator.add('VecKM (this package)', predicted, sequence.flow_px_s, in_span)
     if baseline:
-        from veckm_flow_ros.planefit import plane_fit_flow
+        from veckm_flow_ros.offline.planefit import plane_fit_flow
         planes = plane_fit_flow(events[in_span], sequence.width, sequence.height)
         full = np.full((len(events), 2), np.nan, np.float32)
         full[in_span] = planes
@@ -170,8 +171,8 @@ def draw_comparison(sequence, flows, path: pathlib.Path) -> str:
     import cv2
     import numpy as np
 
-    from veckm_flow_ros import visualize
-    from veckm_flow_ros.replay import picture_zoom
+    from veckm_flow_ros.offline import visualize
+    from veckm_flow_ros.offline.replay import picture_zoom
     t_ns = flows['t_ns']
     middle = int(np.median(t_ns)) if len(t_ns) else 0
     start, end = middle - 20_000_000, middle + 20_000_000
@@ -202,7 +203,8 @@ def draw_error_vs_speed(sequence, flows, path: pathlib.Path) -> str:
     """Plot the replayed flows' error against ground-truth speed (evaluate.py's plot)."""
     import numpy as np
 
-    from veckm_flow_ros import evaluate, metrics
+    from veckm_flow_ros.core import metrics
+    from veckm_flow_ros.offline import evaluate
     truth = _truth_of_flows(sequence, flows)
     predicted = np.stack([flows['u_px_s'], flows['v_px_s']], 1)
     accumulator = metrics.MetricsAccumulator()
@@ -219,7 +221,7 @@ def replay_real(bag_path: pathlib.Path, model, device, out_dir: pathlib.Path, pr
     """Replay the real 640x480 evt3 recording; write its video and one mid-recording frame."""
     import tempfile
 
-    from veckm_flow_ros.replay import replay_bag, ReplayOptions, ReplayOutputs
+    from veckm_flow_ros.offline.replay import replay_bag, ReplayOptions, ReplayOutputs
     print(f'\nreal recording  {bag_path} (640x480 evt3, no ground truth)')
     video = out_dir / 'real_evt3_640x480.mp4'
     picture = out_dir / 'real_evt3_640x480.png'

@@ -55,11 +55,12 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 import torch
 
-from veckm_flow_ros import metrics, simulate
-from veckm_flow_ros.model import save_model, VecKMFlowModel
-from veckm_flow_ros.symmetry import (  # noqa: F401 - part of this module's interface
+from veckm_flow_ros.core import metrics
+from veckm_flow_ros.core.model import save_model, VecKMFlowModel
+from veckm_flow_ros.core.symmetry import (  # noqa: F401 - part of this module's interface
     feature_permutations, SQUARE_SYMMETRIES, symmetric_frequencies, symmetry_group,
     transformed_frequencies)
+from veckm_flow_ros.learning import simulate
 
 
 @dataclass
@@ -200,7 +201,7 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
 
 
 def _encode(events_slice, targets, width, height, freq, tau_s, pixel_radius):
-    from veckm_flow_ros import ops
+    from veckm_flow_ros.core import ops
     t_ns, x, y = events_slice
     return ops.encode(t_ns, x, y, targets, width, height, freq[0], freq[1], freq[2], tau_s,
                       pixel_radius)
@@ -581,7 +582,8 @@ def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
             'source': 'veckm_flow_ros train (Apache-2.0), trained on simulated events',
             'output_unit': f'px/s (MLP output times flow_scale_px_s = '
                            f'{recipe.flow_scale_px_s:g})',
-            'data': {'simulator': 'veckm_flow_ros.simulate', 'textures': list(recipe.textures),
+            'data': {'simulator': 'veckm_flow_ros.learning.simulate',
+                     'textures': list(recipe.textures),
                      'motions': list(recipe.motions), 'sequences': recipe.num_sequences,
                      'sensor_size': [recipe.width, recipe.height],
                      'samples': int(len(flow))},
