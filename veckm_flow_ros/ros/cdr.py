@@ -1,0 +1,115 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+EventPacket in and PointCloud2 out as raw CDR bytes (little-endian XCDR1), without rclpy.
+
+The node takes ~/events as serialized bytes and publishes ~/flow as serialized bytes: no
+Python message objects are built, the event payload is a zero-copy view and the flow points
+are copied once (docs/raw_cdr.md says why: rclpy's conversions cost more per message than
+the node's whole per-packet work).
+"""
+
+import struct
+from typing import Tuple
+
+import numpy as np
+
+from veckm_flow_ros.eventio.flow_cloud import pointcloud2_fields
+
+
+def _cdr_string(buffer, offset: int):
+    """Read a CDR string (uint32 length incl. NUL, bytes) at offset; return (str, end)."""
+    offset = (offset + 3) & ~3
+    (length,) = struct.unpack_from('<I', buffer, offset)
+    start, end = offset + 4, offset + 4 + length
+    if length == 0 or end > len(buffer):
+        raise ValueError(f'bad CDR string length {length} at byte {offset}')
+    return bytes(buffer[start:end - 1]).decode('utf-8', 'replace'), end
+
+
+def parse_event_packet_cdr(raw: bytes) -> dict:
+    """
+    Fields of a serialized event_camera_msgs/msg/EventPacket (little-endian XCDR1).
+
+    The executor hands raw bytes (subscription raw=True): no Python message object is built
+    and `events` is a zero-copy memoryview into `raw`. Returns a dict with stamp_ns, frame_id,
+    height, width, seq, time_base, encoding, events. Raises ValueError for malformed bytes.
+    """
+    if len(raw) < 4 or raw[1] != 1:
+        raise ValueError('not a little-endian CDR message')
+    body = memoryview(raw)[4:]  # alignment counts from after the encapsulation header
+    try:
+        sec, nanosec = struct.unpack_from('<iI', body, 0)
+        frame_id, offset = _cdr_string(body, 8)
+        offset = (offset + 3) & ~3
+        height, width = struct.unpack_from('<II', body, offset)
+        offset = (offset + 8 + 7) & ~7
+        seq, time_base = struct.unpack_from('<QQ', body, offset)
+        encoding, offset = _cdr_string(body, offset + 16)
+        offset = ((offset + 1) + 3) & ~3  # is_bigendian (1 byte), then the sequence length
+        (size,) = struct.unpack_from('<I', body, offset)
+    except struct.error as error:
+        raise ValueError(f'truncated EventPacket ({len(raw)} bytes): {error}') from None
+    start = offset + 4
+    if start + size > len(body):
+        raise ValueError(f'EventPacket says {size} event bytes but only {len(body) - start} '
+                         'follow')
+    return {'stamp_ns': sec * 1_000_000_000 + nanosec, 'frame_id': frame_id,
+            'height': height, 'width': width, 'seq': seq, 'time_base': time_base,
+            'encoding': encoding, 'events': body[start:start + size]}
+
+
+def _cdr_string_bytes(text: str, offset: int) -> Tuple[bytes, int]:
+    """CDR string at offset (padding to 4 first, uint32 length incl. NUL, bytes, NUL)."""
+    data = text.encode('utf-8') + b'\0'
+    padding = -offset % 4
+    encoded = b'\0' * padding + struct.pack('<I', len(data)) + data
+    return encoded, offset + len(encoded)
+
+
+def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
+    """
+    Serialize the ~/flow PointCloud2 (little-endian XCDR1), ready for publish(bytes).
+
+    The bytes rclpy would make of the PointCloud2 message with these fields, without building
+    a Python message that rclpy converts field by field, and with the point data copied once.
+    """
+    layout = pointcloud2_fields(points)
+    t_ns = max(int(stamp_ns), 0)
+    parts = [struct.pack('<iI', t_ns // 1_000_000_000, t_ns % 1_000_000_000)]
+    offset = 8  # alignment counts from after the 4-byte encapsulation header
+    encoded, offset = _cdr_string_bytes(frame_id, offset)
+    parts.append(encoded)
+    pad = -offset % 4
+    parts.append(b'\0' * pad + struct.pack(
+        '<III', layout['height'], layout['width'], len(layout['fields'])))
+    offset += pad + 12
+    for name, field_offset, datatype, count in layout['fields']:
+        encoded, offset = _cdr_string_bytes(name, offset)
+        pad = -offset % 4
+        parts.append(encoded + b'\0' * pad + struct.pack('<IB', field_offset, datatype))
+        offset += pad + 5
+        pad = -offset % 4
+        parts.append(b'\0' * pad + struct.pack('<I', count))
+        offset += pad + 4
+    parts.append(struct.pack('<?', layout['is_bigendian']))
+    offset += 1
+    pad = -offset % 4
+    data = memoryview(np.ascontiguousarray(points)).cast('B')  # joined below: one copy
+    parts.append(b'\0' * pad + struct.pack(
+        '<III', layout['point_step'], layout['row_step'], len(data)))
+    parts.append(data)
+    parts.append(struct.pack('<?', layout['is_dense']))
+    return b'\x00\x01\x00\x00' + b''.join(parts)

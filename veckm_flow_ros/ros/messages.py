@@ -1,0 +1,45 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Conversions between ROS messages and the package's arrays: stamps and the flow image."""
+
+from builtin_interfaces.msg import Time as TimeMsg
+import numpy as np
+from sensor_msgs.msg import Image
+
+
+def stamp_from_ns(t_ns: int) -> TimeMsg:
+    """builtin_interfaces/Time from integer nanoseconds (>= 0)."""
+    t_ns = max(int(t_ns), 0)
+    return TimeMsg(sec=t_ns // 1_000_000_000, nanosec=t_ns % 1_000_000_000)
+
+
+def stamp_to_ns(stamp) -> int:
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def image_message(bgr: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
+    """sensor_msgs/Image bgr8 from an (H, W, 3) uint8 array."""
+    bgr = np.ascontiguousarray(bgr, dtype=np.uint8)
+    if bgr.ndim != 3 or bgr.shape[2] != 3:
+        raise ValueError(f'flow image must be (H, W, 3) uint8, got shape {bgr.shape}')
+    msg = Image()
+    msg.header.stamp = stamp_from_ns(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = int(bgr.shape[0]), int(bgr.shape[1])
+    msg.encoding = 'bgr8'
+    msg.is_bigendian = 0
+    msg.step = int(bgr.shape[1]) * 3
+    msg.data = bgr.tobytes()
+    return msg

@@ -1,0 +1,73 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Counters and latency samples of the streaming pipeline, shared by its threads."""
+
+import collections
+import math
+import threading
+import time
+
+import numpy as np
+
+LATENCY_SAMPLES = 10000
+
+
+class Statistics:
+    """Counters shared by the node's threads (guarded by one lock)."""
+
+    TOTALS = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps',
+              'missed_packets',
+              'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
+              'failed_blocks', 'estimator_resets', 'images')
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.totals = dict.fromkeys(self.TOTALS, 0)
+        self._period = dict.fromkeys(self.TOTALS, 0)
+        self._latencies_ms = collections.deque(maxlen=LATENCY_SAMPLES)
+        self._period_start = time.monotonic()
+
+    def add(self, **counts):
+        with self._lock:
+            for name, value in counts.items():
+                self.totals[name] += value
+                self._period[name] += value
+
+    def add_latency_ms(self, latency_ms: float):
+        with self._lock:
+            self._latencies_ms.append(latency_ms)
+
+    def take_period(self) -> dict:
+        """Return rates and latency percentiles since the previous call, and the totals."""
+        with self._lock:
+            now = time.monotonic()
+            elapsed_s = max(now - self._period_start, 1e-9)
+            period = dict(self._period)
+            latencies = np.array(self._latencies_ms, dtype=np.float64)
+            self._period = dict.fromkeys(self.TOTALS, 0)
+            self._latencies_ms.clear()
+            self._period_start = now
+            totals = dict(self.totals)
+        report = {
+            'elapsed_s': elapsed_s,
+            'events_per_s': period['events'] / elapsed_s,
+            'flows_per_s': period['flows'] / elapsed_s,
+            'packets_per_s': period['packets'] / elapsed_s,
+            'latency_p50_ms': float(np.percentile(latencies, 50)) if len(latencies) else math.nan,
+            'latency_p99_ms': float(np.percentile(latencies, 99)) if len(latencies) else math.nan,
+            'period': period,
+            'totals': totals,
+        }
+        return report

@@ -1,0 +1,104 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The node's parameters: the one table of names, defaults, ranges and descriptions.
+
+The node declares each as a ROS parameter (with a descriptor built from its range and
+read_only flag); the pipeline reads the same names from a plain dict, so that it runs
+without ROS (default_config()); config/veckm_flow.yaml and the README's table are checked
+against this table by the tests.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One ROS parameter: name, default (its type is the parameter's type), range, text."""
+
+    name: str
+    default: Any
+    description: str
+    value_range: Optional[tuple] = None  # (min, max), inclusive
+    read_only: bool = False
+
+
+# The single source of the node's parameters.
+PARAMETERS = (
+    ParameterSpec('model', '', 'Model: a checkpoint path, a shipped model name, or a published '
+                  'VecKM_flow_cpp folder; empty = the default shipped model.', read_only=True),
+    ParameterSpec('device', 'cpu', 'Torch device for encoding and MLP: cpu or cuda.',
+                  read_only=True),
+    ParameterSpec('pixel_radius', 0, 'Expected pixel radius r of the model [px] (window '
+                  '2r+1); 0 = take it from the model, otherwise start-up fails unless it '
+                  "equals the model's.", (0, 64), read_only=True),
+    ParameterSpec('tau_ms', 0.0, 'Expected temporal radius tau of the model [ms] (half the '
+                  'context slice); 0 = take it from the model, otherwise start-up fails unless '
+                  "it equals the model's.", (0.0, 1000.0), read_only=True),
+    ParameterSpec('block_ms', 0.0, 'Length of a target block [ms]: events are encoded and '
+                  'published in blocks of this duration (centred: at most 2 tau; latency of a '
+                  "block's newest flow ~ tau - block / 2, of its oldest tau + block / 2). 0 = "
+                  'automatic: 2 tau of the model centred (each event is encoded once: the '
+                  'most events/s), tau causal.', (0.0, 100.0),
+                  read_only=True),
+    ParameterSpec('causal', False, 'Use only past context (latency ~ block instead of tau + '
+                  'block, lower accuracy).', read_only=True),
+    ParameterSpec('target_stride', 1, 'Estimate flow for every k-th event [events] (context '
+                  'always uses all events).', (1, 1000), read_only=True),
+    ParameterSpec('max_flows_per_block', 0, 'Cap on flows per block [flows], targets '
+                  'subsampled evenly; 0 = no cap.', (0, 100_000_000), read_only=True),
+    ParameterSpec('max_queued_events', 10_000_000, 'Capacity of the input packet queue '
+                  '[events, estimated from payload bytes]; when full the oldest whole packets '
+                  'are dropped and counted.', (1000, 1_000_000_000), read_only=True),
+    ParameterSpec('max_queue_delay_ms', 200.0, 'Longest a received packet may wait for the '
+                  'worker [ms]; older whole packets are dropped and counted, so the output '
+                  'never falls behind by more than this (plus tau + block); 0 = no limit.',
+                  (0.0, 60_000.0), read_only=True),
+    ParameterSpec('max_buffered_events', 4_000_000, 'Cap on events the estimator keeps in '
+                  'its sliding window [events].', (1000, 1_000_000_000), read_only=True),
+    ParameterSpec('torch_threads', 0, 'Torch intra-op threads per block computation; 0 = '
+                  'automatic (the CPU cores / compute_threads; all cores for a block computed '
+                  'while the node keeps up).', (0, 256), read_only=True),
+    ParameterSpec('compute_threads', 0, 'Blocks computed at once on the CPU when the node '
+                  'falls behind, each by its own thread; ~/flow keeps block order. 0 = '
+                  'automatic (min(CPU cores, 4) on cpu, 1 on cuda); 1 = one block at a time.',
+                  (0, 64), read_only=True),
+    ParameterSpec('image_rate_hz', 25.0, 'Rate of ~/flow_image [Hz] while subscribed; 0 = '
+                  'never publish images.', (0.0, 200.0), read_only=True),
+    ParameterSpec('image_max_speed_px_s', 0.0, 'Flow speed shown at full brightness in '
+                  '~/flow_image [px/s]; 0 = automatic (a round number above the 95th '
+                  'percentile of the shown speeds).', (0.0, 1.0e6)),
+    ParameterSpec('publish_confidence', False, 'Add a float32 confidence field [0..1] to '
+                  '~/flow (agreement of an ensemble of views: mirrored and time-reversed copies '
+                  'for rotation-equivariant models, 4 rotations for others; 2-4x the encoding '
+                  'cost).', read_only=True),
+    ParameterSpec('rotation_mean_flow', False, "Publish the mean of the ensemble's flows "
+                  '(turned back) instead of the plain prediction (held-out %Pos 96.3 vs 95.5 '
+                  'for the default model; cost shared with publish_confidence).',
+                  read_only=True),
+    ParameterSpec('diagnostics_period_s', 1.0, 'Period of /diagnostics and of the status log '
+                  'line [s].', (0.1, 60.0), read_only=True),
+)
+
+
+def default_config(**overrides) -> dict:
+    """Return the default parameters as a dict, with `overrides` (unknown names: KeyError)."""
+    config = {spec.name: spec.default for spec in PARAMETERS}
+    for name, value in overrides.items():
+        if name not in config:
+            raise KeyError(f'unknown parameter {name!r}; parameters: {", ".join(config)}')
+        config[name] = value
+    return config
