@@ -28,7 +28,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -44,8 +43,12 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image, PointCloud2  # noqa: E402
 
+from scenes import EDGES, moving_edges  # noqa: E402, I100
 from veckm_flow_ros.eventio.flow_cloud import points_from_pointcloud2  # noqa: E402
 from veckm_flow_ros.ros import node as flow_node  # noqa: E402
+from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr  # noqa: E402
+from veckm_flow_ros.ros.messages import image_message, stamp_from_ns, stamp_to_ns  # noqa: E402
+
 
 DOMAIN_ID = 100 + os.getpid() % 100
 MODEL_NAME = '640x480_32ms_C64_k8'
@@ -117,7 +120,7 @@ class Harness:
     def publish(self, encoding, payload, stamp_ns, width=640, height=480, time_base=0,
                 seq=None, frame_id='event_camera'):
         msg = EventPacket()
-        msg.header.stamp = flow_node.stamp_from_ns(stamp_ns)
+        msg.header.stamp = stamp_from_ns(stamp_ns)
         msg.header.frame_id = frame_id
         msg.width, msg.height = width, height
         msg.encoding = encoding
@@ -136,7 +139,7 @@ class Harness:
 
     def wait_idle(self, timeout_s: float = 20.0, quiet_s: float = 0.3):
         """Spin until the worker handled every received packet and no flow came for quiet_s."""
-        totals = self.node.stats.totals
+        totals = self.node.pipeline.stats.totals
         last = [len(self.clouds), time.monotonic()]
 
         def idle():
@@ -197,58 +200,28 @@ def test_every_parameter_has_a_descriptor_with_units_and_range():
     assert {'model', 'device'} <= read_only
 
 
-def test_packet_queue_drops_oldest_whole_packets():
-    queue = flow_node.PacketQueue(max_events=100, max_packets=3)
-
-    def packet(events, seq):
-        return flow_node.QueuedPacket('mono', b'', 0, 1, 1, seq, 0, '', events)
-    assert queue.put(packet(60, 0)) == 0
-    assert queue.put(packet(30, 1)) == 0
-    assert queue.put(packet(30, 2)) == 1      # 60 + 30 + 30 > 100: seq 0 goes
-    assert queue.queued_events == 60
-    assert queue.put(packet(10, 3)) == 0
-    assert queue.put(packet(10, 4)) == 1      # packet-count cap: seq 1 goes
-    assert queue.put(packet(500, 5)) == 1     # alone above capacity: itself dropped
-    assert [p.seq for p in queue.take(0.0, max_events=35)] == [2]  # whole packets only
-    assert [p.seq for p in queue.take(0.0, max_events=5)] == [3]   # but at least one
-    assert [p.seq for p in queue.take(0.0)] == [4]
-    assert (queue.dropped_packets, queue.dropped_events) == (3, 590)
-    assert queue.queued_events == 0 and queue.take(0.0) == []
-
-
-def test_packet_queue_drops_packets_that_waited_too_long():
-    queue = flow_node.PacketQueue(max_events=1000)
-    for seq, received_s in enumerate((10.0, 10.1, 10.3, 10.45)):
-        queue.put(flow_node.QueuedPacket('mono', b'', 0, 1, 1, seq, 0, '', 5,
-                                         received_s=received_s))
-    assert queue.drop_older_than(0.2, now_s=10.5) == 2   # waited 0.5 s and 0.4 s
-    assert queue.drop_older_than(0.2, now_s=10.5) == 0
-    assert (queue.dropped_packets, queue.dropped_events, queue.queued_events) == (2, 10, 10)
-    assert [p.seq for p in queue.take(0.0)] == [2, 3]
-
-
 def test_raw_event_packet_parsing_matches_rclpy():
     from rclpy.serialization import serialize_message
     rng = np.random.default_rng(5)
     for frame_id, encoding, size in (('', 'evt3', 0), ('cam', 'mono', 8), ('camera_x', 'evt3', 37),
                                      ('ab', 'libcaer_cmp', 4000)):
         msg = EventPacket()
-        msg.header.stamp = flow_node.stamp_from_ns(1_700_000_000_123_456_789)
+        msg.header.stamp = stamp_from_ns(1_700_000_000_123_456_789)
         msg.header.frame_id = frame_id
         msg.width, msg.height, msg.seq, msg.time_base = 640, 480, 2**40 + 3, 2**50 + 7
         msg.encoding = encoding
         payload = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
         msg.events = payload
         raw = serialize_message(msg)
-        fields = flow_node.parse_event_packet_cdr(raw)
+        fields = parse_event_packet_cdr(raw)
         assert fields == {**fields, 'stamp_ns': 1_700_000_000_123_456_789, 'frame_id': frame_id,
                           'width': 640, 'height': 480, 'seq': 2**40 + 3, 'time_base': 2**50 + 7,
                           'encoding': encoding}
         assert bytes(fields['events']) == payload
         with pytest.raises(ValueError):
-            flow_node.parse_event_packet_cdr(raw[:len(raw) - 1 - size // 2])
+            parse_event_packet_cdr(raw[:len(raw) - 1 - size // 2])
     with pytest.raises(ValueError):
-        flow_node.parse_event_packet_cdr(b'\x00\x01\x00\x00' + b'\xff' * 12)
+        parse_event_packet_cdr(b'\x00\x01\x00\x00' + b'\xff' * 12)
 
 
 def _pointcloud2_message(points, stamp_ns, frame_id):
@@ -257,7 +230,7 @@ def _pointcloud2_message(points, stamp_ns, frame_id):
     from veckm_flow_ros.eventio.flow_cloud import pointcloud2_fields
     layout = pointcloud2_fields(points)
     msg = PointCloud2()
-    msg.header.stamp = flow_node.stamp_from_ns(stamp_ns)
+    msg.header.stamp = stamp_from_ns(stamp_ns)
     msg.header.frame_id = frame_id
     msg.height, msg.width = layout['height'], layout['width']
     msg.fields = [PointField(name=name, offset=offset, datatype=datatype, count=count)
@@ -280,7 +253,7 @@ def test_serialized_flow_cloud_is_the_pointcloud2_message():
                 for name in points.dtype.names:
                     points[name] = rng.normal(size=count)
                 stamp_ns = 1_700_000_000_123_456_789 + count
-                raw = flow_node.pointcloud2_cdr(points, stamp_ns, frame_id)
+                raw = pointcloud2_cdr(points, stamp_ns, frame_id)
                 expected = _pointcloud2_message(points, stamp_ns, frame_id)
                 assert deserialize_message(raw, PointCloud2) == expected
 
@@ -288,13 +261,13 @@ def test_serialized_flow_cloud_is_the_pointcloud2_message():
 def test_image_message_layout():
     bgr = np.zeros((4, 5, 3), np.uint8)
     bgr[1, 2] = (10, 20, 30)
-    msg = flow_node.image_message(bgr, 1_500_000_000, 'cam')
+    msg = image_message(bgr, 1_500_000_000, 'cam')
     assert (msg.height, msg.width, msg.step, msg.encoding) == (4, 5, 15, 'bgr8')
     assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (1, 500_000_000)
     back = np.frombuffer(bytes(msg.data), np.uint8).reshape(4, 5, 3)
     assert np.array_equal(back, bgr)
     with pytest.raises(ValueError, match='H, W, 3'):
-        flow_node.image_message(np.zeros((4, 5), np.uint8), 0, '')
+        image_message(np.zeros((4, 5), np.uint8), 0, '')
 
 
 # ------------------------------------------------------------------------------------------
@@ -321,10 +294,12 @@ def test_the_automatic_block_is_the_models_context_slice(harness_factory):
     for causal, taus in ((False, 2), (True, 1)):
         node = harness_factory(causal=causal).node
         tau_ms = node.model.tau_s * 1e3
-        assert node.config['block_ms'] == 0.0 and node.block_ms == pytest.approx(taus * tau_ms)
-        estimator = node._estimator_for(640, 480)
+        assert node.config['block_ms'] == 0.0
+        assert node.pipeline.block_ms == pytest.approx(taus * tau_ms)
+        estimator = node.pipeline.estimator_for(640, 480)
         assert estimator.block_ns == round(taus * tau_ms * 1e6)
-    assert harness_factory(block_ms=5.0).node._estimator_for(640, 480).block_ns == 5_000_000
+    pipeline = harness_factory(block_ms=5.0).node.pipeline
+    assert pipeline.estimator_for(640, 480).block_ns == 5_000_000
 
 
 def test_console_entry_point_reports_start_up_errors_without_traceback(model_path):
@@ -345,7 +320,7 @@ def _stream_until(executor, publisher, process, packets, done, deadline):
     while process.poll() is None and time.monotonic() < deadline:
         for packet in packets:
             msg = EventPacket()
-            msg.header.stamp = flow_node.stamp_from_ns(packet.first_t_ns + seq * 1_000_000)
+            msg.header.stamp = stamp_from_ns(packet.first_t_ns + seq * 1_000_000)
             msg.width, msg.height, msg.encoding, msg.seq = 640, 480, 'evt3', seq
             msg.events = bytes(packet.data)
             publisher.publish(msg)
@@ -449,11 +424,11 @@ def test_flow_from_a_real_evt3_recording(harness_factory, recordings_dir):
     assert (cloud.height, cloud.point_step, cloud.is_bigendian) == (1, 20, False)
     assert {c.header.frame_id for c in harness.clouds} == {sent[0].msg.header.frame_id}
     # Stamps: ROS time of the newest event of each block, inside the recording's stamps.
-    stamps = np.array([flow_node.stamp_to_ns(c.header.stamp) for c in harness.clouds])
+    stamps = np.array([stamp_to_ns(c.header.stamp) for c in harness.clouds])
     assert np.all(np.diff(stamps) >= 0)
     assert sent[0].stamp_ns - 50e6 <= stamps[0] and stamps[-1] <= sent[-1].stamp_ns + 50e6
     points = harness.flow_points()
-    events = harness.node.stats.totals['events']
+    events = harness.node.pipeline.stats.totals['events']
     assert events > 20_000
     # A flow per CD event, minus the tail still waiting for its future context (tau + block).
     assert 0.8 * events < len(points) <= events
@@ -464,42 +439,12 @@ def test_flow_from_a_real_evt3_recording(harness_factory, recordings_dir):
     assert np.all(np.isfinite(speed_px_s))
     # px/s, not px per 1/60 s: a hand-held scene moves tens to thousands of px/s.
     assert 20 < np.median(speed_px_s) < 5000
-    totals = harness.node.stats.totals
+    totals = harness.node.pipeline.stats.totals
     assert totals['bad_packets'] == 0 and totals['dropped_packets'] == 0
 
 
 # Four straight edges, one per image quadrant, each moving along its normal (so its normal flow
 # is its optical flow): (centre x, centre y, direction rad, speed px/s).
-EDGES = ((160, 120, 0.3, 250.0), (480, 120, 2.0, 300.0),
-         (160, 360, -2.5, 200.0), (480, 360, -0.9, 350.0))
-
-
-def moving_edges(duration_s=0.3, t0_ns=1_000_000_000, radius_px=50, events_per_pixel=2,
-                 seed=0):
-    """Events of EDGES sweeping their disks; returns (EventArray sorted by time, gt u, gt v)."""
-    from veckm_flow_ros.eventio.events import EventArray
-    rng = np.random.default_rng(seed)
-    columns = []
-    for cx, cy, angle, speed in EDGES:
-        ys, xs = np.mgrid[cy - radius_px:cy + radius_px + 1, cx - radius_px:cx + radius_px + 1]
-        inside = (xs - cx) ** 2 + (ys - cy) ** 2 <= radius_px ** 2
-        xs, ys = xs[inside], ys[inside]
-        normal = np.array([np.cos(angle), np.sin(angle)])
-        # The edge passes the disk centre at mid-time; a pixel fires when the edge crosses it.
-        t_s = ((xs - cx) * normal[0] + (ys - cy) * normal[1]) / speed + duration_s / 2
-        for _ in range(events_per_pixel):
-            t_event_s = t_s + rng.uniform(0, 1.5e-3, len(t_s))
-            keep = (t_event_s >= 0) & (t_event_s < duration_s)
-            n = int(keep.sum())
-            columns.append((t0_ns + np.round(t_event_s[keep] * 1e9).astype(np.int64),
-                            xs[keep], ys[keep], np.full(n, speed * normal[0]),
-                            np.full(n, speed * normal[1])))
-    t_ns, x, y, gt_u, gt_v = (np.concatenate(c) for c in zip(*columns))
-    order = np.argsort(t_ns, kind='stable')
-    events = EventArray(t_ns[order], x[order], y[order], np.ones(len(order), np.uint8))
-    return events, gt_u[order], gt_v[order]
-
-
 def _publish_events(harness, events, packet_s=1e-3, stamp_offset_ns=0, pace=True):
     """Encode `events` as evt3 packets of packet_s and publish them; returns the count."""
     from veckm_flow_ros.eventio.packets import encode_packets
@@ -541,7 +486,7 @@ def test_bad_input_is_counted_and_the_node_keeps_going(harness_factory):
     harness.publish('evt3', rng.integers(0, 256, 5000, dtype=np.uint8).tobytes(), 1_001_000_000)
     harness.publish('mono', b'\x01\x02\x03', 1_002_000_000)  # not a whole 8-byte event
     harness.publish('evt3', b'', 1_003_000_000, seq=harness.seq + 5)  # 5 packets lost upstream
-    totals = harness.node.stats.totals
+    totals = harness.node.pipeline.stats.totals
     # The worker decodes each packet and pushes its events before the next: wait for all four.
     assert harness.spin_until(lambda: totals['handled_packets'] >= 4, 10)
     assert totals['bad_packets'] >= 1
@@ -551,18 +496,18 @@ def test_bad_input_is_counted_and_the_node_keeps_going(harness_factory):
     events, _, _ = moving_edges(duration_s=0.1, t0_ns=2_000_000_000)
     _publish_events(harness, events)
     assert harness.wait_idle()
-    assert harness.clouds and harness.node._worker.is_alive()
+    assert harness.clouds and harness.node.pipeline.is_alive()
 
 
 def test_an_estimator_failure_is_counted_and_the_stream_restarts(harness_factory):
     """The estimate thread survives an exception: counted, logged, stream reset, flows go on."""
     harness = harness_factory()
-    totals = harness.node.stats.totals
+    totals = harness.node.pipeline.stats.totals
     events, _, _ = moving_edges(duration_s=0.1, t0_ns=1_000_000_000)
     _publish_events(harness, events)
     assert harness.wait_idle()
     assert harness.clouds
-    estimator = harness.node.estimator
+    estimator = harness.node.pipeline.estimator
     working = estimator._encode_and_predict
     failures = []
 
@@ -580,7 +525,7 @@ def test_an_estimator_failure_is_counted_and_the_stream_restarts(harness_factory
     assert failures and totals['failed_blocks'] == 1
     assert totals['estimator_resets'] > resets_before
     assert totals['flows'] > flows_before  # the packets after the failure still give flows
-    assert harness.node._worker.is_alive() and harness.node._estimate_thread.is_alive()
+    assert harness.node.pipeline.is_alive()
 
 
 def test_lost_evt3_packets_do_not_restart_the_stream(harness_factory):
@@ -597,10 +542,10 @@ def test_lost_evt3_packets_do_not_restart_the_stream(harness_factory):
             harness.publish('evt3', packet.data, packet.first_t_ns, seq=seq)
             harness.spin_for(0.0005)
     assert harness.wait_idle()
-    totals = harness.node.stats.totals
+    totals = harness.node.pipeline.stats.totals
     assert totals['seq_gaps'] == 1 and totals['missed_packets'] == 8
     assert totals['estimator_resets'] == 0
-    assert harness.node.decoder.problem_counts['time_backwards'] == 0
+    assert harness.node.pipeline.front_end.decoder.problem_counts['time_backwards'] == 0
     assert harness.clouds
 
 
@@ -611,19 +556,19 @@ def test_burst_over_capacity_drops_whole_oldest_packets(harness_factory):
     # this node sustains on 2 cores, so the queue must shed whole packets.
     events, _, _ = moving_edges(duration_s=0.15, radius_px=120, events_per_pixel=8)
     queued_max = []
-    original_put = harness.node.queue.put
+    original_put = harness.node.pipeline.queue.put
 
     def put_and_watch(packet):
         dropped = original_put(packet)
-        queued_max.append(harness.node.queue.queued_events)
+        queued_max.append(harness.node.pipeline.queue.queued_events)
         return dropped
-    harness.node.queue.put = put_and_watch
+    harness.node.pipeline.queue.put = put_and_watch
     _publish_events(harness, events, packet_s=2e-3, pace=False)
     assert harness.wait_idle(timeout_s=30)
-    totals = harness.node.stats.totals
+    totals = harness.node.pipeline.stats.totals
     assert totals['dropped_packets'] > 0
     assert max(queued_max) <= capacity
-    assert harness.node._worker.is_alive()
+    assert harness.node.pipeline.is_alive()
     # After the burst the node still works.
     before = len(harness.clouds)
     calm, _, _ = moving_edges(duration_s=0.1, t0_ns=5_000_000_000)
@@ -638,7 +583,7 @@ def test_flow_image_only_while_subscribed(harness_factory):
     _publish_events(harness, events)
     harness.wait_idle()
     harness.spin_for(0.3)
-    assert harness.node.stats.totals['images'] == 0  # nobody listens: nothing rendered
+    assert harness.node.pipeline.stats.totals['images'] == 0  # nobody listens: nothing rendered
     harness.subscribe_images()
     more, _, _ = moving_edges(duration_s=0.2, t0_ns=events.t_ns[-1] + 1_000_000)
     _publish_events(harness, more)
@@ -652,9 +597,9 @@ def test_flow_image_only_while_subscribed(harness_factory):
     harness.unsubscribe_images()
     harness.spin_until(lambda: harness.node.image_pub.get_subscription_count() == 0, 5.0)
     harness.spin_for(0.2)
-    rendered = harness.node.stats.totals['images']
+    rendered = harness.node.pipeline.stats.totals['images']
     harness.spin_for(0.5)
-    assert harness.node.stats.totals['images'] == rendered
+    assert harness.node.pipeline.stats.totals['images'] == rendered
 
 
 def test_only_the_image_scale_changes_at_run_time(harness_factory):
@@ -673,7 +618,7 @@ def _clouds_by_pass(clouds):
     passes = [[]]
     last = None
     for cloud in clouds:
-        stamp = flow_node.stamp_to_ns(cloud.header.stamp)
+        stamp = stamp_to_ns(cloud.header.stamp)
         if last is not None and stamp < last:
             passes.append([])
         passes[-1].append((stamp, bytes(cloud.data)))
@@ -698,7 +643,7 @@ def test_bag_loop_resets_the_decoder_before_decoding(harness_factory):
     assert len(first) > 5
     # The old evt3 time state would put the loop's first packet 16.8 s late: an extra reset
     # and that packet's events in the second pass.
-    assert harness.node.stats.totals['estimator_resets'] == 1
+    assert harness.node.pipeline.stats.totals['estimator_resets'] == 1
     assert second == first
 
 
@@ -750,131 +695,7 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
         harness.publish('evt3', packet.data, int(stamp_ns), seq=seq)
         harness.spin_for(0.0005)
     assert harness.wait_idle()
-    node_stamps = [flow_node.stamp_to_ns(c.header.stamp) for c in harness.clouds]
+    node_stamps = [stamp_to_ns(c.header.stamp) for c in harness.clouds]
     assert len(node_stamps) > 5
     # Replay flushes the tail at the end of the bag; the node waits for more events.
     assert node_stamps == replay_stamps[:len(node_stamps)]
-
-
-def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(harness_factory):
-    """The worker pushes a batch of packets at once: same ~/flow as one packet at a time."""
-    from veckm_flow_ros.eventio.packets import encode_packets
-    events, _, _ = moving_edges(duration_s=0.12)
-    packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
-    rng = np.random.default_rng(4)
-    stamps = np.maximum.accumulate([p.first_t_ns + 3_000_000_000 + int(rng.integers(0, 400_000))
-                                    for p in packets])
-    queued = [flow_node.QueuedPacket('evt3', bytes(p.data), 0, 640, 480, seq, int(stamp_ns),
-                                     f'camera_{seq // 40}', len(p.data) // 2)
-              for seq, (p, stamp_ns) in enumerate(zip(packets, stamps))]
-    outputs = []
-    for batches in ([queued], [[packet] for packet in queued]):
-        harness = harness_factory(target_stride=2, block_ms=10.0)
-        harness.node.stop_worker()  # this test drives the worker's processing itself
-        harness.node._stop.clear()  # (the threads have ended; _process looks at the flag)
-        for batch in batches:
-            harness.node._process(batch)
-        assert harness.spin_until(lambda: len(harness.clouds) >= 8, 10.0)
-        harness.spin_for(0.3)
-        outputs.append([(flow_node.stamp_to_ns(c.header.stamp), c.header.frame_id,
-                         bytes(c.data)) for c in harness.clouds])
-    batched, one_by_one = outputs
-    assert len(batched) >= 8
-    assert {frame for _, frame, _ in batched} == {'camera_0', 'camera_1', 'camera_2'}
-    assert batched == one_by_one
-
-
-def test_compute_threads_are_warmed_up_at_start(harness_factory):
-    """
-    Before input arrives, the estimate thread and each pool thread compute a made-up block.
-
-    A thread's first block is its slowest; the first real flows are unaffected.
-    """
-    harness = harness_factory(compute_threads=3)
-    node = harness.node
-    assert node.warmed_up.wait(30.0)
-    names = sorted(name for name, _ in node.warmed_up_threads)
-    assert names[-1] == 'veckm_flow_estimate'
-    assert len(names) == 4 and len(set(names)) == 4  # no pool thread took two
-    assert all(name.startswith('veckm_flow_compute') for name in names[:-1])
-    assert node.estimator is None and node.stats.totals['flows'] == 0  # nothing published
-    events, _, _ = moving_edges(duration_s=0.1)
-    _publish_events(harness, events)
-    assert harness.wait_idle()
-    assert harness.clouds and node.stats.totals['flows'] > 0
-
-
-def test_blocks_run_with_their_threads_torch_thread_count(harness_factory, monkeypatch):
-    """
-    Blocks computed by the estimate thread use its count, the pool's their own.
-
-    torch.set_num_threads in a pool thread also sets a process-wide default that a thread
-    picks up at its first parallel loop in a library: the estimate thread must not.
-    """
-    import torch
-
-    from veckm_flow_ros.core.estimator import NormalFlowEstimator
-    harness = harness_factory(compute_threads=2, torch_threads=0)
-    node = harness.node
-    assert node.warmed_up.wait(30.0)
-    counts = dict(node.warmed_up_threads)
-    assert counts['veckm_flow_estimate'] == node._inline_threads
-    _, pool_threads = flow_node.compute_threads(node.config)  # 1 on 2 cores
-    pool_counts = [count for name, count in counts.items() if name != 'veckm_flow_estimate']
-    assert pool_counts == [pool_threads, pool_threads]
-    seen = []
-    compute = NormalFlowEstimator._encode_and_predict
-
-    def recording(self, *args):
-        seen.append((threading.current_thread().name, torch.get_num_threads()))
-        return compute(self, *args)
-    monkeypatch.setattr(NormalFlowEstimator, '_encode_and_predict', recording)
-    events, _, _ = moving_edges(duration_s=0.2)
-    _publish_events(harness, events)
-    assert harness.wait_idle() and seen
-    for name, count in seen:
-        expected = node._inline_threads if name == 'veckm_flow_estimate' else pool_threads
-        assert count == expected, seen
-
-
-def test_blocks_computed_by_the_pool_equal_one_at_a_time(harness_factory):
-    """compute_threads = 3: blocks computed at once in pool threads, ~/flow the same, in order."""
-    from veckm_flow_ros.eventio.packets import encode_packets
-    events, _, _ = moving_edges(duration_s=0.15)
-    packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
-    queued = [flow_node.QueuedPacket('evt3', bytes(p.data), 0, 640, 480, seq,
-                                     p.first_t_ns + 3_000_000_000, 'camera', len(p.data) // 2)
-              for seq, p in enumerate(packets)]
-    outputs = []
-    for compute_threads in (1, 3):
-        harness = harness_factory(block_ms=5.0, compute_threads=compute_threads)
-        node = harness.node
-        node._inline_when_idle = False  # every block through the pool when it has one
-        node._stop.set()  # this test drives decoding and estimation itself
-        node._worker.join(5)
-        node._estimate_thread.join(5)
-        node._stop.clear()
-        ran_in = []
-
-        def recording(job):
-            def run():
-                ran_in.append(threading.current_thread().name)
-                return job()
-            return run
-        steps = []
-        node._decode_batch(queued, steps)
-        node._estimator_for(640, 480)
-        push_jobs = node.estimator.push_jobs
-        node.estimator.push_jobs = lambda events: map(recording, push_jobs(events))
-        node._estimate([step for step in steps if step[0] != 'size'])
-        node._publish_computed(wait_s=None, everything=True)
-        if compute_threads > 1:  # several pool threads computed blocks
-            assert all(name.startswith('veckm_flow_compute') for name in ran_in)
-            assert len(set(ran_in)) >= 2
-        assert harness.spin_until(lambda: len(harness.clouds) >= 25, 10.0)
-        harness.spin_for(0.3)
-        outputs.append([(flow_node.stamp_to_ns(c.header.stamp), bytes(c.data))
-                        for c in harness.clouds])
-    one_at_a_time, pooled = outputs
-    assert len(one_at_a_time) >= 25
-    assert pooled == one_at_a_time

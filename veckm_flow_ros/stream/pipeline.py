@@ -152,7 +152,7 @@ class DecodedBatch:
     events: int
 
 
-class _Throttle:
+class Throttle:
     """Pass at most one message per period from each call site to log()."""
 
     def __init__(self, log: LogFunction):
@@ -187,7 +187,7 @@ class FlowPipeline:
         self.model = model
         self.config = config
         self._publish = publish
-        self._log = _Throttle(log)
+        self._log = Throttle(log)
         self._clock_ns = clock_ns
         # block_ms 0: the model's own block (2 tau centred, tau causal).
         self.block_ms = (config['block_ms']
