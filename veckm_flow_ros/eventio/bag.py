@@ -288,8 +288,13 @@ class EventBagWriter:
         return False
 
     def write(self, topic: str, stamp_ns: int, *, encoding: str, events, width: int,
-              height: int, seq: int, time_base: int = 0, log_time_ns: Optional[int] = None):
-        """Append one EventPacket; events: bytes-like of the encoded events."""
+              height: int, seq: int, time_base: int = 0, log_time_ns: Optional[int] = None,
+              frame_id: Optional[str] = None):
+        """
+        Append one EventPacket; events: bytes-like of the encoded events.
+
+        frame_id: the header's frame id (None: the writer's frame_id).
+        """
         import numpy as np
         types = self._typestore.types
         if topic not in self._connections:
@@ -298,7 +303,7 @@ class EventBagWriter:
         header = types['std_msgs/msg/Header'](
             stamp=types['builtin_interfaces/msg/Time'](
                 sec=int(stamp_ns) // 1_000_000_000, nanosec=int(stamp_ns) % 1_000_000_000),
-            frame_id=self.frame_id)
+            frame_id=self.frame_id if frame_id is None else frame_id)
         msg = types[EVENT_PACKET_TYPE](
             header=header, height=int(height), width=int(width), seq=int(seq),
             time_base=int(time_base), encoding=encoding, is_bigendian=False,

@@ -15,12 +15,14 @@
 """
 Offline replay: an EventPacket bag through the same estimator the node runs, to files.
 
-    bag (EventBag) → PacketDecoder → TimeSync → NormalFlowEstimator.push → FlowBlocks
+    bag (EventBag) → StreamFrontEnd → NormalFlowEstimator.push → FlowBlocks
                    → any of: output bag (~/flow PointCloud2 + ~/flow_image Image),
                      npz of per-event flows, mp4 video, PNG frames
 
-The flow messages are built exactly as the node builds them (flow_cloud layout, header stamp =
-ROS time of the newest event of the block, frame_id copied from the input). Pictures are
+The packets go through the node's stream front end (stream/frontend.py: restarts, seq gaps,
+time sync) and the flow messages are built exactly as the node builds them (flow_cloud
+layout, header stamp = ROS time of the newest event of the block, frame_id copied from the
+input), so replay and node give the same ~/flow bytes and stamps. Pictures are
 rendered per frame of 1/frame_rate_hz seconds of *sensor* time: the events of the frame with
 arrows of its flows, beside the colour-wheel flow image (the bag's ~/flow_image holds the
 colour-wheel image alone, as the node publishes it).
@@ -30,7 +32,6 @@ u_px_s, v_px_s float32 (px/s, x right, y down), confidence float32 (when the mod
 stamp_ns int64 (ROS time of the event), and the scalars width, height.
 """
 
-import dataclasses
 from dataclasses import dataclass, field
 import os
 import pathlib
@@ -43,6 +44,7 @@ import numpy as np
 from veckm_flow_ros.eventio.events import EventArray
 from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
 from veckm_flow_ros.offline import visualize
+from veckm_flow_ros.stream.frontend import Events, InputPacket, Reset, Resize, StreamFrontEnd
 
 PathLike = Union[str, os.PathLike]
 
@@ -431,16 +433,14 @@ class _ReplayRun:
     """The state of one replay: decoder, time sync, estimator, outputs, counters."""
 
     def __init__(self, bag_name, topic, model, options, outputs):
-        from veckm_flow_ros.eventio.decode import PacketDecoder
-        from veckm_flow_ros.eventio.timesync import TimeSync
         self.model = model
         self.options = options
         self.outputs = outputs
         self.summary = ReplaySummary(bag=bag_name, topic=topic)
-        self.decoder = PacketDecoder()
-        self.timesync = TimeSync()
+        self.front_end = StreamFrontEnd()
         self.estimator = None
-        self.frame_id = ''
+        self.sensor_size = None
+        self.mark = None  # the newest packet's Mark (offset, frame id)
         self.collector = FlowCollector()
         self.bag_out = None
         self.video = None
@@ -448,8 +448,6 @@ class _ReplayRun:
         self._speeds = []
         self._t_stop_ns = None
         self._done = False
-        self._last_stamp_ns = None
-        self._last_seq = None
         self._check_outputs()
 
     def _check_outputs(self):
@@ -492,34 +490,36 @@ class _ReplayRun:
             self.summary.cpu_s += time.process_time() - cpu_start
 
     def _message(self, item):
-        from veckm_flow_ros.eventio.decode import DecodeError
         msg = item.msg
         summary = self.summary
         summary.messages += 1
-        if self._went_back(item.stamp_ns, int(msg.seq)):
-            self._restart_stream()
-        elif self._last_seq is not None and int(msg.seq) > self._last_seq + 1:
-            self.decoder.resync()  # messages missing from the recording: evt3 time is stale
-        self._last_stamp_ns, self._last_seq = item.stamp_ns, int(msg.seq)
-        try:
-            result = self.decoder.decode(msg.encoding, msg.events, msg.time_base, msg.width,
-                                         msg.height)
-        except DecodeError:
-            summary.bad_messages += 1
-            return
-        summary.decode_problems += len(result.problems)
-        events = result.events
-        self.frame_id = msg.header.frame_id
-        if not summary.encoding:
-            summary.encoding = msg.encoding
-        if len(events) == 0:
-            return
+        front_end = self.front_end
+        steps = front_end.feed(InputPacket(
+            msg.encoding, msg.events, int(msg.time_base), int(msg.width), int(msg.height),
+            int(msg.seq), int(item.stamp_ns), msg.header.frame_id))
+        summary.bad_messages = front_end.bad_packets
+        summary.decode_problems = front_end.decode_problems
+        for step in steps:
+            if isinstance(step, Reset):
+                if self.estimator is not None:
+                    self.estimator.reset()
+            elif isinstance(step, Resize):
+                self.sensor_size = (step.width, step.height)
+                if self.estimator is not None:  # as the node: a new estimator
+                    self.estimator = self._new_estimator(step.width, step.height)
+            elif isinstance(step, Events):
+                if not summary.encoding:
+                    summary.encoding = msg.encoding
+                self._events(step.events, step.mark)
+
+    def _events(self, events, mark):
+        summary = self.summary
         if self.estimator is None:
-            self._start(int(msg.width), int(msg.height), int(events.t_ns[0]))
+            self._start(*self.sensor_size, int(events.t_ns[0]))
         if self._t_stop_ns is not None and events.t_ns[-1] >= self._t_stop_ns:
             events = events[events.t_ns < self._t_stop_ns]
             self._done = True
-        self.timesync.update(item.stamp_ns, events)
+        self.mark = mark
         if len(events) == 0:
             return
         summary.events += len(events)
@@ -528,59 +528,48 @@ class _ReplayRun:
             self.painter.add_events(events)
         self._blocks(self.estimator.push(events))
 
-    def _went_back(self, stamp_ns: int, seq: int) -> bool:
-        """Header stamp or seq going back: a new stream (concatenated or looped recording)."""
-        return ((self._last_stamp_ns is not None and stamp_ns < self._last_stamp_ns)
-                or (self._last_seq is not None and seq < self._last_seq))
-
-    def _restart_stream(self):
-        """As the node does: fresh decoder (before decoding) and time sync, estimator reset."""
-        from veckm_flow_ros.eventio.decode import PacketDecoder
-        from veckm_flow_ros.eventio.timesync import TimeSync
-        self.decoder = PacketDecoder()
-        self.timesync = TimeSync()
-        if self.estimator is not None:
-            self.estimator.reset()
-
     def _start(self, width, height, t_first_ns):
-        from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
         options = self.options
         summary = self.summary
         summary.width, summary.height = width, height
         summary.t_first_ns = t_first_ns
         if options.duration_s is not None:
             self._t_stop_ns = t_first_ns + int(round(options.duration_s * 1e9))
-        self.estimator = NormalFlowEstimator(
-            self.model, width, height, device=options.device,
-            block_s=options.block_s or automatic_block_s(self.model.tau_s, options.causal),
-            causal=options.causal, target_stride=options.target_stride,
-            confidence=options.confidence, rotation_mean=options.rotation_mean)
+        self.estimator = self._new_estimator(width, height)
         if self.outputs.wants_frames():
             self.painter = FramePainter(width, height, 1e9 / options.frame_rate_hz,
                                         options.max_speed_px_s, options.cell_px,
                                         self._on_frame)
 
+    def _new_estimator(self, width, height):
+        from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
+        options = self.options
+        return NormalFlowEstimator(
+            self.model, width, height, device=options.device,
+            block_s=options.block_s or automatic_block_s(self.model.tau_s, options.causal),
+            causal=options.causal, target_stride=options.target_stride,
+            confidence=options.confidence, rotation_mean=options.rotation_mean)
+
     def _blocks(self, blocks):
         for block in blocks:
-            block = _valid_flows(block)
             points, t_stamp_ns = block_flow_points(block, self.options.confidence)
             if t_stamp_ns is None:
                 continue
-            stamp_ns = self.timesync.to_ros_ns(t_stamp_ns)
+            stamp_ns = t_stamp_ns + self.mark.offset_ns
             self.summary.flows += len(block.t_ns)
             self._speeds.append(np.hypot(np.asarray(block.u_px_s, np.float32),
                                          np.asarray(block.v_px_s, np.float32)))
             if self.outputs.npz is not None:
                 self.collector.add(block, stamp_ns, t_stamp_ns)
             if self.bag_out is not None:
-                self.bag_out.write_flow(points, stamp_ns, self.frame_id)
+                self.bag_out.write_flow(points, stamp_ns, self.mark.frame_id)
             if self.painter is not None:
                 self.painter.add_flows(block)
 
     def _on_frame(self, index, frame_end_ns, flow_image, panel):
         if self.bag_out is not None:
-            self.bag_out.write_image(flow_image, self.timesync.to_ros_ns(frame_end_ns),
-                                     self.frame_id)
+            self.bag_out.write_image(flow_image, frame_end_ns + self.mark.offset_ns,
+                                     self.mark.frame_id)
         if self.video is not None:
             self.video.write(panel)
         if self.outputs.png_dir is not None:
@@ -624,18 +613,6 @@ def _si(value: float) -> str:
         if abs(value) >= scale:
             return f'{value / scale:.2f} {suffix}'
     return f'{value:.0f}'
-
-
-def _valid_flows(block):
-    """Drop the flows a block marks invalid (FlowBlock.valid False), as the node does."""
-    valid = getattr(block, 'valid', None)
-    if valid is None or bool(np.all(valid)):
-        return block
-    valid = np.asarray(valid, bool)
-    return dataclasses.replace(
-        block, event_index=block.event_index[valid], t_ns=block.t_ns[valid], x=block.x[valid],
-        y=block.y[valid], u_px_s=block.u_px_s[valid], v_px_s=block.v_px_s[valid],
-        confidence=None if block.confidence is None else block.confidence[valid], valid=None)
 
 
 def _progress_bar(total, enabled):
