@@ -79,7 +79,13 @@ setup(
         ('share/' + PACKAGE_NAME + '/config',
          glob.glob('config/*.yaml') + glob.glob('config/*.xml')),
     ],
+    # torch and OpenCV come from the ROS install (package.xml) or a matching pip wheel; listing
+    # them here would make console scripts of an apt install refuse to start (no pip metadata).
     install_requires=['setuptools', 'numpy'],
+    extras_require={
+        # The veckm-flow commands: bags, progress bars, plots and pictures.
+        'offline': ['rosbags', 'tqdm', 'matplotlib', 'opencv-python-headless'],
+    },
     zip_safe=False,
     maintainer='veckm_flow_ros maintainers',
     maintainer_email='veckm-flow-ros@example.com',

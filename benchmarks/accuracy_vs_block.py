@@ -25,10 +25,11 @@ px/s, coverage, and the latency of the mode (centred: tau + block / 2; causal: b
 
 import argparse
 
-import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
+from veckm_flow_ros.runtime import set_omp_wait_policy
 
 
 def main():
+    set_omp_wait_policy()  # before anything imports torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument('--model', required=True, help='model path or name')
     parser.add_argument('--sequences', type=int, default=6)

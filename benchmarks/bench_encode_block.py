@@ -28,13 +28,13 @@ with each (alternating, several times) and compare the columns.
 import argparse
 import time
 
-import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
-from veckm_flow_ros.core import ops
+from veckm_flow_ros.runtime import set_omp_wait_policy
 
 
 def recorded_blocks(model, speed, stride, block_ms):
     """Record the inputs of the estimator's encode calls on the demo scene at `speed` x."""
     from bench_estimator import compressed_stream
+    from veckm_flow_ros.core import ops
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
     calls = []
     encode = ops.encode
@@ -56,6 +56,7 @@ def recorded_blocks(model, speed, stride, block_ms):
 
 
 def main(argv=None):
+    set_omp_wait_policy()  # before anything imports torch
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
     parser.add_argument('--model', default='veckm_r8_tau16ms')
     parser.add_argument('--speed', type=float, nargs='+', default=[1.65, 6.6],
@@ -66,6 +67,8 @@ def main(argv=None):
     parser.add_argument('--seconds', type=float, default=3.0, help='per case')
     args = parser.parse_args(argv)
     import torch
+
+    from veckm_flow_ros.core import ops
     from veckm_flow_ros.core.model import load_model
     torch.set_num_threads(args.threads)
     model = load_model(args.model)

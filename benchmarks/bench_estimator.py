@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
+from veckm_flow_ros.runtime import set_omp_wait_policy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
@@ -85,6 +85,7 @@ def run_case(model, device, packets, width, height, stride, block_ms):
 
 
 def main():
+    set_omp_wait_policy()  # before anything imports torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument('--model', default=None, help='model path or name (default: shipped)')
     parser.add_argument('--device', nargs='+', default=['cpu', 'cuda'])

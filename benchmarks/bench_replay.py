@@ -30,7 +30,7 @@ import argparse
 import pathlib
 import tempfile
 
-import veckm_flow_ros  # noqa: F401 - before torch: its OMP_WAIT_POLICY default
+from veckm_flow_ros.runtime import set_omp_wait_policy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_RECORDINGS = ROOT.parent / 'shared' / 'data' / 'recordings'
@@ -38,6 +38,7 @@ DEMO_BAG = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.mcap'
 
 
 def main():
+    set_omp_wait_policy()  # before anything imports torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument('--model', default=None, help='model (default: shipped default)')
     parser.add_argument('--threads', type=int, default=1, help='torch threads (0: torch default)')

@@ -12,7 +12,6 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-
 """
 Launch veckm_flow_node alone, on an existing events topic.
 
@@ -21,37 +20,19 @@ Launch veckm_flow_node alone, on an existing events topic.
 Outputs: /<node_name>/flow (PointCloud2), /<node_name>/flow_image (Image), /diagnostics.
 """
 
+
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.descriptions import ParameterValue
-from launch_ros.substitutions import FindPackageShare
 
-PACKAGE = 'veckm_flow_ros'
+from veckm_flow_ros.ros.launch_arguments import declare_arguments, PACKAGE
 
 
 def generate_launch_description():
     """Declare the arguments and the node."""
-    default_params = PathJoinSubstitution([FindPackageShare(PACKAGE), 'config',
-                                           'veckm_flow.yaml'])
-    arguments = [
-        DeclareLaunchArgument(
-            'events_topic', default_value='/event_camera/events',
-            description='EventPacket topic to subscribe to (remapped onto ~/events).'),
-        DeclareLaunchArgument(
-            'params_file', default_value=default_params,
-            description='YAML file with the node parameters (model, device, block_ms, ...).'),
-        DeclareLaunchArgument(
-            'use_sim_time', default_value='false',
-            description='Use /clock (true when replaying a bag with --clock).'),
-        DeclareLaunchArgument(
-            'node_name', default_value='veckm_flow',
-            description='Node name; outputs are /<node_name>/flow and /<node_name>/flow_image.'),
-        DeclareLaunchArgument(
-            'log_level', default_value='info',
-            description='Logging level of the node (debug, info, warn, error).'),
-    ]
+    arguments = declare_arguments('events_topic', 'params_file', 'use_sim_time', 'node_name',
+                                  'log_level')
     node = Node(
         package=PACKAGE,
         executable='veckm_flow_node',

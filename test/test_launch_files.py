@@ -17,7 +17,8 @@
 The launch files, checked without ROS launch (not installable from PyPI).
 
 A static check parses each file with `ast`: it defines generate_launch_description, declares
-the expected arguments, each with a description, and uses neither eval nor subprocess. Where
+the expected arguments (through veckm_flow_ros.ros.launch_arguments, their one definition),
+each with a description, and uses neither eval nor subprocess. Where
 `launch` and `launch_ros` are importable (a ROS install), each file is also imported and its
 LaunchDescription built.
 """
@@ -27,6 +28,8 @@ import importlib.util
 import pathlib
 
 import pytest
+
+from veckm_flow_ros.ros import launch_arguments
 
 LAUNCH_DIR = pathlib.Path(__file__).resolve().parents[1] / 'launch'
 EXPECTED_ARGUMENTS = {
@@ -52,9 +55,13 @@ def _call_name(node: ast.Call) -> str:
 
 
 def _declared_arguments(tree: ast.AST) -> dict:
-    """Map argument name -> description (None when missing) of DeclareLaunchArgument calls."""
+    """Map argument name -> description (None when missing) of the file's declarations."""
     declared = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _call_name(node) == 'declare_arguments':
+            for arg in node.args:
+                shared = launch_arguments.ARGUMENTS.get(arg.value)
+                declared[arg.value] = shared.description if shared else None
         if isinstance(node, ast.Call) and _call_name(node) == 'DeclareLaunchArgument':
             name = node.args[0].value if node.args else None
             keywords = {k.arg: k.value for k in node.keywords}
@@ -83,12 +90,27 @@ def test_launch_file_static(file_name):
     imported = {alias.name for node in ast.walk(tree)
                 if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     assert not (used | imported) & FORBIDDEN_NAMES
-    assert "executable='veckm_flow_node'" in source or 'veckm_flow.launch.py' in source
+    assert ("executable='veckm_flow_node'" in source or 'include_flow_node' in source
+            or 'camera_with_flow_node' in source)
     if any(name.endswith('_fastdds_profile') for name in declared):
-        # The profile reaches the event source's process for Fast DDS 3 and 2 alike.
-        assert 'additional_env' in source
-        for variable in ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE'):
-            assert f"'{variable}': profile" in source
+        # The profile reaches the event source's process (see the shared module's test below).
+        assert 'fastdds_profile_env' in source or 'camera_with_flow_node' in source
+
+
+def test_shared_launch_pieces():
+    source = pathlib.Path(launch_arguments.__file__).read_text()
+    # The Fast DDS profile reaches a process for Fast DDS 3 and 2 alike.
+    environment = launch_arguments.fastdds_profile_env('profile.xml')
+    assert environment == {'FASTDDS_DEFAULT_PROFILES_FILE': 'profile.xml',
+                           'FASTRTPS_DEFAULT_PROFILES_FILE': 'profile.xml'}
+    assert 'additional_env=fastdds_profile_env(' in source
+    assert "executable='veckm_flow_node'" not in source  # the node is launched in one place
+    assert "'launch', 'veckm_flow.launch.py'" in source
+    used = set().union(*EXPECTED_ARGUMENTS.values())
+    assert set(launch_arguments.ARGUMENTS) == used  # no argument defined but never declared
+    for name, argument in launch_arguments.ARGUMENTS.items():
+        assert len(argument.description) > 10, name
+        assert argument.default is None or not argument.share_default, name
 
 
 @pytest.mark.parametrize('file_name', sorted(EXPECTED_ARGUMENTS))

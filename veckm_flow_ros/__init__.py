@@ -16,13 +16,10 @@
 Real-time per-event normal flow for event cameras (VecKM encoding + MLP) on ROS 2.
 
 Data flow: EventPacket bytes -> decode -> EventArray -> window/blocks -> encode (csrc op)
--> MLP -> flows -> publish / write / plot. Nothing outside `node` imports rclpy.
+-> MLP -> flows -> publish / write / plot. Nothing outside `ros/` imports rclpy.
+
+Importing the package changes nothing in the process; the programs (`veckm-flow`, the node,
+the benchmarks) call veckm_flow_ros.runtime.set_omp_wait_policy() before importing torch.
 """
 
-import os
-
 __version__ = '0.1.0'
-
-# OpenMP threads that spin while waiting cost 3-6x CPU time when the node's other threads (or
-# other processes) share the cores; torch reads this when it is first imported.
-os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')

@@ -17,12 +17,15 @@ The `veckm-flow` command: one subcommand per module in this package (veckm_flow_
 
 Each command module defines `register(subparsers)`, which adds its parser and sets
 `func=run` (run(args) -> exit status). Commands are imported lazily by name so that a
-command's heavy imports (torch, rosbags) cost nothing to the others.
+command's heavy imports (torch, rosbags) cost nothing to the others, and so that main() sets
+OMP_WAIT_POLICY before torch is first imported.
 """
 
 import argparse
 import importlib
 import sys
+
+from veckm_flow_ros.runtime import set_omp_wait_policy
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -50,6 +53,7 @@ def build_parser():
 
 
 def main(argv=None):
+    set_omp_wait_policy()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, 'func', None):

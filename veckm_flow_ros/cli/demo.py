@@ -171,30 +171,20 @@ def draw_comparison(sequence, flows, path: pathlib.Path) -> str:
     import cv2
     import numpy as np
 
-    from veckm_flow_ros.offline import visualize
     from veckm_flow_ros.offline.replay import picture_zoom
+    from veckm_flow_ros.offline.visualize import render_comparison
     t_ns = flows['t_ns']
     middle = int(np.median(t_ns)) if len(t_ns) else 0
     start, end = middle - 20_000_000, middle + 20_000_000
     window = (t_ns >= start) & (t_ns < end)
     truth = _truth_of_flows(sequence, flows)[window]
-    x, y = flows['x'][window], flows['y'][window]
-    u, v = flows['u_px_s'][window], flows['v_px_s'][window]
-    width, height = sequence.width, sequence.height
-    zoom = picture_zoom(width)
-    max_speed = visualize.auto_max_speed_px_s(truth[:, 0], truth[:, 1])
-    predicted = visualize.render_flow_image(x, y, u, v, width, height, max_speed,
-                                            dot_radius_px=1, zoom=zoom)
-    gt = visualize.render_flow_image(x, y, truth[:, 0], truth[:, 1], width, height, max_speed,
-                                     dot_radius_px=1, zoom=zoom)
     events = sequence.events
     in_window = (events.t_ns >= start) & (events.t_ns < end)
-    arrows = visualize.render_arrow_image(events.x[in_window], events.y[in_window],
-                                          events.p[in_window], x, y, u, v, width, height,
-                                          max_speed, zoom=zoom)
-    image = visualize.side_by_side([('events + predicted arrows', arrows),
-                                    ('predicted normal flow', predicted),
-                                    ('ground-truth optical flow', gt)])
+    image = render_comparison(
+        flows['x'][window], flows['y'][window], flows['u_px_s'][window],
+        flows['v_px_s'][window], truth[:, 0], truth[:, 1], sequence.width, sequence.height,
+        dot_radius_px=1, zoom=picture_zoom(sequence.width),
+        events=(events.x[in_window], events.y[in_window], events.p[in_window]))
     cv2.imwrite(str(path), image)
     return str(path)
 

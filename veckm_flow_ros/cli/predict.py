@@ -50,55 +50,12 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
-def load_events(path):
-    """Read an events .npz; returns (EventArray, width, height, time_unit description)."""
-    from veckm_flow_ros.eventio.events import EventArray
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f'events file {path} does not exist')
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            data = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as error:
-        raise ValueError(f'{path}: not a readable .npz ({error})') from None
-    missing = [name for name in ('t', 'x', 'y') if name not in data]
-    if missing:
-        raise ValueError(f'{path}: missing arrays {missing} (needs t, x, y)')
-    t, x, y = data['t'], data['x'], data['y']
-    if not (len(t) == len(x) == len(y)):
-        raise ValueError(f'{path}: t, x, y differ in length ({len(t)}, {len(x)}, {len(y)})')
-    if np.issubdtype(t.dtype, np.floating):
-        if not np.isfinite(t).all():
-            raise ValueError(f'{path}: t holds NaN/Inf values')
-        t_ns = np.round(t.astype(np.float64) * 1e9).astype(np.int64)
-        unit = f'float seconds ({t.dtype})'
-    elif np.issubdtype(t.dtype, np.integer):
-        t_ns = t.astype(np.int64)
-        unit = f'integer nanoseconds ({t.dtype})'
-    else:
-        raise ValueError(f'{path}: t has dtype {t.dtype}; expected float64 s or int64 ns')
-    for name, values in (('x', x), ('y', y)):
-        if not (np.issubdtype(values.dtype, np.integer)
-                or np.issubdtype(values.dtype, np.floating)):
-            raise ValueError(f'{path}: {name} has dtype {values.dtype}; expected integers')
-        if len(values) and (values.min() < 0 or values.max() > 65535):
-            raise ValueError(f'{path}: {name} must be pixel coordinates in [0, 65535], found '
-                             f'[{values.min()}, {values.max()}]')
-    x = np.round(x).astype(np.uint16)
-    y = np.round(y).astype(np.uint16)
-    p = data['p'].astype(np.uint8) if 'p' in data else np.zeros(len(t), np.uint8)
-    width = int(data['width']) if 'width' in data else int(x.max()) + 1 if len(x) else 1
-    height = int(data['height']) if 'height' in data else int(y.max()) + 1 if len(y) else 1
-    if len(t_ns) > 1 and (np.diff(t_ns) < 0).any():
-        raise ValueError(f'{path}: t is not sorted in time; sort the events first')
-    return EventArray(t_ns, x, y, p), width, height, unit
-
-
 def run(args) -> int:
     from tqdm import tqdm
 
     from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.eventio.npz import load_events
     events, width, height, unit = load_events(args.events)
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')

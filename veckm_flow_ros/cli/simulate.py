@@ -16,10 +16,6 @@
 
 import time
 
-TOPIC = '/event_camera/events'
-# ROS time of sensor time 0 in the bag (2025-01-01T00:00:00Z): stamps look like real ones.
-STAMP_OFFSET_NS = 1_735_689_600_000_000_000
-
 
 def register(subparsers):
     from veckm_flow_ros.learning import simulate
@@ -51,6 +47,7 @@ def register(subparsers):
 
 
 def run(args):
+    from veckm_flow_ros.eventio.bag import DEFAULT_EVENT_TOPIC, write_event_bag
     from veckm_flow_ros.learning import simulate
     if args.duration_s <= 0:
         raise ValueError(f'--duration-s must be positive, got {args.duration_s}')
@@ -62,31 +59,11 @@ def run(args):
     sequence = simulate.simulate(scene, args.duration_s, seed=args.seed)
     simulate.save_npz(sequence, args.out)
     if args.bag:
-        packets = write_bag(sequence, args.bag, args.encoding, args.packet_ms)
-        print(f'{args.bag}: {packets} {args.encoding} EventPackets on {TOPIC}')
+        packets = write_event_bag(args.bag, sequence.events, sequence.width, sequence.height,
+                                  args.encoding, packet_duration_ns=int(args.packet_ms * 1e6))
+        print(f'{args.bag}: {packets} {args.encoding} EventPackets on {DEFAULT_EVENT_TOPIC}')
     elapsed = time.perf_counter() - start
     print(f'{args.out}: {len(sequence)} events ({int(sequence.is_noise.sum())} noise), '
           f'{args.width}x{args.height}, {args.duration_s} s, motion '
           f'{scene.description["motion"]}, {elapsed:.1f} s')
     return 0
-
-
-def write_bag(sequence, path, encoding='evt3', packet_ms=1.0):
-    """
-    Write the events of `sequence` as EventPackets to a new bag; returns the packet count.
-
-    Header stamps are STAMP_OFFSET_NS + the sensor time of each packet's last event.
-    """
-    from veckm_flow_ros.eventio.bag import EventBagWriter
-    from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
-    if not packet_ms > 0:
-        raise ValueError(f'--packet-ms must be positive, got {packet_ms}')
-    events = sort_for_vectors(sequence.events) if encoding in ('evt3', 'libcaer_cmp') \
-        else sequence.events
-    packets = encode_packets(events, encoding, packet_duration_ns=int(packet_ms * 1e6))
-    with EventBagWriter(path) as writer:
-        for seq, packet in enumerate(packets):
-            writer.write(TOPIC, STAMP_OFFSET_NS + packet.last_t_ns, encoding=encoding,
-                         events=packet.data, width=sequence.width, height=sequence.height,
-                         seq=seq, time_base=packet.time_base)
-    return len(packets)

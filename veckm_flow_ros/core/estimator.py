@@ -62,11 +62,10 @@ class FlowBlock:
     event_index int64[M]: index of the target in the stream of all events pushed since
     construction or the last reset (counting from 0); t_ns int64[M]: sensor time;
     x, y uint16[M]: pixel (x right, y down); u_px_s, v_px_s float32[M]: normal flow in px/s
-    along x and y; confidence float32[M] or None; valid bool[M] or None (None: all valid);
-    t_newest_ns: newest sensor time pushed when the block was computed; ready_ns: the end of
-    its context window, the sensor time the stream had to reach before the block could be
-    computed (a caller that pushes several packets at once finds the packet that completed
-    it; None for blocks built by hand).
+    along x and y; confidence float32[M] or None; t_newest_ns: newest sensor time pushed
+    when the block was computed; ready_ns: the end of its context window, the sensor time the
+    stream had to reach before the block could be computed (a caller that pushes several
+    packets at once finds the packet that completed it; None for blocks built by hand).
     """
 
     event_index: np.ndarray
@@ -77,7 +76,6 @@ class FlowBlock:
     v_px_s: np.ndarray
     t_newest_ns: int
     confidence: Optional[np.ndarray] = None
-    valid: Optional[np.ndarray] = None
     ready_ns: Optional[int] = None
 
     def __len__(self):
@@ -95,8 +93,7 @@ class FlowBlock:
             return np.concatenate([getattr(block, name) for block in blocks])
         return FlowBlock(join('event_index'), join('t_ns'), join('x'), join('y'),
                          join('u_px_s'), join('v_px_s'), blocks[-1].t_newest_ns,
-                         confidence=None if blocks[0].confidence is None else join('confidence'),
-                         valid=None if blocks[0].valid is None else join('valid'))
+                         confidence=None if blocks[0].confidence is None else join('confidence'))
 
 
 def automatic_block_s(tau_s: float, causal: bool = False) -> float:
@@ -393,13 +390,6 @@ class NormalFlowEstimator:
     def buffered_events(self) -> int:
         """Events held for pending blocks (at most max_buffered_events after a push)."""
         return len(self._events)
-
-    @property
-    def latency_s(self) -> float:
-        """Sensor time from a block's first event until the block can be computed (seconds)."""
-        if self.causal:
-            return self.block_ns * 1e-9
-        return (self.block_ns // 2 + self.tau_ns) * 1e-9
 
     # -- internals -------------------------------------------------------------------------
 

@@ -35,6 +35,10 @@ import shutil
 import tempfile
 from typing import Iterator, Optional, Sequence, Union
 
+DEFAULT_EVENT_TOPIC = '/event_camera/events'
+# ROS time of sensor time 0 in bags written from events (2025-01-01T00:00:00Z): stamps that
+# look like real ones.
+DEFAULT_STAMP_OFFSET_NS = 1_735_689_600_000_000_000
 EVENT_PACKET_TYPE = 'event_camera_msgs/msg/EventPacket'
 EVENT_ARRAY_TYPE = 'event_array_msgs/msg/EventArray'
 # Message types holding encoded events; both have the same fields.
@@ -311,3 +315,27 @@ class EventBagWriter:
         raw = self._typestore.serialize_cdr(msg, EVENT_PACKET_TYPE)
         self._writer.write(self._connections[topic],
                            int(stamp_ns if log_time_ns is None else log_time_ns), raw)
+
+
+def write_event_bag(path: PathLike, events, width: int, height: int, encoding: str = 'evt3',
+                    packet_duration_ns: int = 1_000_000, topic: str = DEFAULT_EVENT_TOPIC,
+                    stamp_offset_ns: int = DEFAULT_STAMP_OFFSET_NS) -> int:
+    """
+    Encode an EventArray as EventPackets and write them to a new bag; return the packet count.
+
+    Each packet covers packet_duration_ns of sensor time; its header stamp is
+    stamp_offset_ns + the sensor time of its last event [ns] and its seq counts from 0. For
+    evt3 and libcaer_cmp the events are first ordered so that they pack into vector words.
+    """
+    from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
+    if not packet_duration_ns > 0:
+        raise ValueError(f'packet duration must be positive, got {packet_duration_ns} ns')
+    if encoding in ('evt3', 'libcaer_cmp'):
+        events = sort_for_vectors(events)
+    packets = encode_packets(events, encoding, packet_duration_ns=int(packet_duration_ns))
+    with EventBagWriter(path) as writer:
+        for seq, packet in enumerate(packets):
+            writer.write(topic, stamp_offset_ns + packet.last_t_ns, encoding=encoding,
+                         events=packet.data, width=width, height=height, seq=seq,
+                         time_base=packet.time_base)
+    return len(packets)

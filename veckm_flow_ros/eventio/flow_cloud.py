@@ -42,25 +42,23 @@ def flow_point_dtype(with_confidence: bool) -> np.dtype:
 
 def block_flow_points(block, with_confidence: bool = False):
     """
-    Return (points, t_stamp_ns): the valid flows of a FlowBlock and the block's stamp time.
+    Return (points, t_stamp_ns): the flows of a FlowBlock and the block's stamp time.
 
-    t_stamp_ns: sensor time [ns, int] of the newest valid flow's event (None when the block
-    has no valid flow); the message's header.stamp is its ROS time and each point's t is
+    t_stamp_ns: sensor time [ns, int] of the newest flow's event (None when the block is
+    empty); the message's header.stamp is its ROS time and each point's t is
     relative to it [s, <= 0]. The one definition of the ~/flow stamp, for node and replay.
     with_confidence: add the confidence field (NaN where the block carries none).
     """
-    valid = slice(None) if block.valid is None else np.asarray(block.valid, dtype=bool)
-    t_ns = np.asarray(block.t_ns, dtype=np.int64)[valid]
+    t_ns = np.asarray(block.t_ns, dtype=np.int64)
     confidence = None
     if with_confidence:
         confidence = (np.full(len(t_ns), np.nan, np.float32) if block.confidence is None
-                      else np.asarray(block.confidence, np.float32)[valid])
+                      else np.asarray(block.confidence, np.float32))
     if len(t_ns) == 0:
         return make_flow_points([], [], [], [], [], confidence), None
     t_stamp_ns = int(t_ns.max())
-    points = make_flow_points(np.asarray(block.x)[valid], np.asarray(block.y)[valid],
-                              (t_ns - t_stamp_ns) * 1e-9, np.asarray(block.u_px_s)[valid],
-                              np.asarray(block.v_px_s)[valid], confidence)
+    points = make_flow_points(block.x, block.y, (t_ns - t_stamp_ns) * 1e-9, block.u_px_s,
+                              block.v_px_s, confidence)
     return points, t_stamp_ns
 
 

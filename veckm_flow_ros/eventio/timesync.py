@@ -55,11 +55,6 @@ class TimeSync:
         self._last_stamp_ns = None
 
     @property
-    def initialized(self) -> bool:
-        """Return True once a message with events has been seen."""
-        return self._offset_ns is not None
-
-    @property
     def offset_ns(self) -> int:
         """ROS time minus sensor time (ns); ValueError before the first update."""
         self._check_initialized()

@@ -93,14 +93,13 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
     flow = np.full((n, 2), np.nan, np.float32)
-    valid = np.ones(len(block), bool) if block.valid is None else block.valid
-    index = block.event_index[valid]
-    flow[index, 0] = block.u_px_s[valid]
-    flow[index, 1] = block.v_px_s[valid]
+    index = block.event_index
+    flow[index, 0] = block.u_px_s
+    flow[index, 1] = block.v_px_s
     confidence = None
     if block.confidence is not None:
         confidence = np.zeros(n, np.float32)
-        confidence[index] = block.confidence[valid]
+        confidence[index] = block.confidence
     return Prediction(flow, confidence)
 
 

@@ -331,20 +331,31 @@ def side_by_side(panels, gap_px: int = 4) -> np.ndarray:
 
 
 def render_comparison(x, y, u_px_s, v_px_s, gt_u_px_s, gt_v_px_s, width: int, height: int,
-                      max_speed_px_s: float = None) -> np.ndarray:
+                      max_speed_px_s: float = None, dot_radius_px: int = 0, zoom: int = 1,
+                      events=None) -> np.ndarray:
     """
     Side-by-side colour-wheel images: predicted normal flow | ground-truth optical flow.
 
     Both use the same colour scale (auto from the ground truth when max_speed_px_s is None).
     Remember that a correct *normal* flow is the projection of the optical flow on the image
     gradient: its colour may differ in hue by up to 90° and be darker than the ground truth.
+    dot_radius_px, zoom: as in render_flow_image. events: optional (x, y, p) arrays of the
+    events of the same time span; their accumulated image with arrows of the predicted flow
+    is then added as the first panel.
     """
     if max_speed_px_s is None:
         max_speed_px_s = auto_max_speed_px_s(gt_u_px_s, gt_v_px_s)
-    predicted = render_flow_image(x, y, u_px_s, v_px_s, width, height, max_speed_px_s)
-    truth = render_flow_image(x, y, gt_u_px_s, gt_v_px_s, width, height, max_speed_px_s)
-    return side_by_side([('predicted normal flow', predicted),
-                         ('ground-truth optical flow', truth)])
+    panels = []
+    if events is not None:
+        event_x, event_y, event_p = events
+        panels.append(('events + predicted arrows', render_arrow_image(
+            event_x, event_y, event_p, x, y, u_px_s, v_px_s, width, height, max_speed_px_s,
+            zoom=zoom)))
+    for label, u, v in (('predicted normal flow', u_px_s, v_px_s),
+                        ('ground-truth optical flow', gt_u_px_s, gt_v_px_s)):
+        panels.append((label, render_flow_image(x, y, u, v, width, height, max_speed_px_s,
+                                                dot_radius_px=dot_radius_px, zoom=zoom)))
+    return side_by_side(panels)
 
 
 def _full_brightness_colors(u_px_s, v_px_s):
