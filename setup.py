@@ -94,7 +94,7 @@ setup(
     entry_points={
         'console_scripts': [
             'veckm-flow = veckm_flow_ros.cli:main',
-            'veckm_flow_node = veckm_flow_ros.ros.node:main',
+            'veckm_flow_node = veckm_flow_ros.ros:main',
         ],
     },
 )

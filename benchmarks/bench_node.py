@@ -327,7 +327,7 @@ def publisher_env(env: dict, profile: str) -> dict:
 
 def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
     env = dict(os.environ)
-    node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros.node import main; '
+    node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros import main; '
                 'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
                 '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5']
     parameters = {'torch_threads': args.torch_threads, 'compute_threads': args.compute_threads}

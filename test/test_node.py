@@ -305,7 +305,7 @@ def test_the_automatic_block_is_the_models_context_slice(harness_factory):
 def test_console_entry_point_reports_start_up_errors_without_traceback(model_path):
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     result = subprocess.run(
-        [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros.node import main; '
+        [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros import main; '
          'sys.exit(main())', '--ros-args', '-p', f'model:={model_path}',
          '-p', 'pixel_radius:=10'],
         capture_output=True, text=True, timeout=60, env=env)
@@ -346,7 +346,7 @@ def test_node_process_stops_cleanly(ros_context, stop_signal, phase):
     # A name of its own: the graph may still list the in-process test nodes' 'veckm_flow'.
     name = f'veckm_flow_stop_{phase}_{int(stop_signal)}'
     process = subprocess.Popen(
-        [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros.node import main; '
+        [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros import main; '
          'sys.exit(main())', '--ros-args', '-r', f'__node:={name}', '-p', 'torch_threads:=2',
          '-p', 'block_ms:=5.0'],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Accuracy of per-event normal flow against ground-truth optical flow (DESIGN §2.7).
+Accuracy of per-event normal flow against ground-truth optical flow (docs/algorithm.md, Metrics).
 
 For an event with ground-truth optical flow u and predicted (generalized) normal flow n:
 

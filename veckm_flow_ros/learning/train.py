@@ -15,7 +15,7 @@
 """
 Train a VecKM normal-flow model on simulated events with exact ground truth.
 
-Recipe (DESIGN §2.6), in three cached stages under a work directory:
+Recipe (loss: docs/algorithm.md), in three cached stages under a work directory:
 
 1. data: `num_sequences` random scenes from the training textures and motions
    (simulate.TRAIN_TEXTURES / TRAIN_MOTIONS; the held-out ones are never seen);
@@ -144,8 +144,9 @@ def standard_frequencies(num_features: int, seed: int):
 
 def generalized_normal_flow_loss(pred, gt, loss_lambda=0.1):
     """
-    Loss of DESIGN §2.6, mean over the batch; pred, gt float [B, 2] in the model's unit.
+    Return the generalised normal-flow loss, mean over the batch (pred, gt float [B, 2]).
 
+    pred and gt are in the model's unit (docs/algorithm.md, The MLP);
     angular = -cos(n - u/2, u); norm = (log(lambda + |u/2|) - log(lambda + |n - u/2|))^2.
     """
     offset = pred - gt / 2

@@ -17,3 +17,11 @@ The ROS 2 side.
 
 The veckm_flow_node and its message conversions: the only sub-package that imports rclpy.
 """
+
+
+def main(args=None):
+    """Console script veckm_flow_node: set the process-wide OpenMP policy, then run the node."""
+    from veckm_flow_ros.runtime import set_omp_wait_policy
+    set_omp_wait_policy()  # before the node's imports load torch
+    from veckm_flow_ros.ros.node import main as node_main
+    return node_main(args)

@@ -368,7 +368,7 @@ class VecKMFlowNode(Node):
 
 
 def main(args=None):
-    """Console script veckm_flow_node: run the node until shutdown; returns the exit status."""
+    """Run the node until shutdown; return the exit status (veckm_flow_ros.ros.main wraps it)."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         # Ctrl-C takes SIGTERM's path: rclpy's handler (chained before this no-op) shuts the
         # context down and the executor returns, instead of a KeyboardInterrupt landing at any
