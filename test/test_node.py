@@ -661,12 +661,30 @@ def test_confidence_field_when_enabled(harness_factory):
     assert confidence.std() > 0
 
 
+def _replayed_flow(bag_path, model_path, tmp_path):
+    """Replay a bag (target_stride 4) and return its ~/flow as (stamp_ns, frame_id, data)."""
+    from rosbags.rosbag2 import Reader
+
+    from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.eventio.bag import make_typestore
+    from veckm_flow_ros.offline.replay import ReplayOptions, ReplayOutputs, replay_bag
+    replay_bag(bag_path, load_model(model_path), ReplayOptions(target_stride=4, progress=False),
+               ReplayOutputs(bag=tmp_path / 'flow_bag'))
+    typestore = make_typestore()
+    flows = []
+    with Reader(tmp_path / 'flow_bag') as reader:
+        for connection, _, raw in reader.messages():
+            if connection.topic == FLOW_TOPIC:
+                cloud = typestore.deserialize_cdr(raw, connection.msgtype)
+                flows.append((stamp_to_ns(cloud.header.stamp), cloud.header.frame_id,
+                              bytes(cloud.data)))
+    return flows
+
+
 def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
     """Same packets (jittered header stamps) through the node and replay: same stamps."""
-    from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.eventio.bag import EventBagWriter
     from veckm_flow_ros.eventio.packets import encode_packets
-    from veckm_flow_ros.offline.replay import ReplayOptions, ReplayOutputs, replay_bag
     events, _, _ = moving_edges(duration_s=0.25)
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
     rng = np.random.default_rng(3)
@@ -677,19 +695,7 @@ def test_node_and_replay_stamp_alike(harness_factory, model_path, tmp_path):
         for seq, (packet, stamp_ns) in enumerate(zip(packets, stamps)):
             writer.write('/event_camera/events', int(stamp_ns), encoding='evt3',
                          events=packet.data, width=640, height=480, seq=seq)
-    replay_bag(bag_path, load_model(model_path),
-               ReplayOptions(target_stride=4, progress=False),
-               ReplayOutputs(bag=tmp_path / 'flow_bag'))
-    from rosbags.rosbag2 import Reader
-
-    from veckm_flow_ros.eventio.bag import make_typestore
-    typestore = make_typestore()
-    replay_stamps = []
-    with Reader(tmp_path / 'flow_bag') as reader:
-        for connection, _, raw in reader.messages():
-            if connection.topic == FLOW_TOPIC:
-                stamp = typestore.deserialize_cdr(raw, connection.msgtype).header.stamp
-                replay_stamps.append(stamp.sec * 1_000_000_000 + stamp.nanosec)
+    replay_stamps = [stamp for stamp, _, _ in _replayed_flow(bag_path, model_path, tmp_path)]
     harness = harness_factory(target_stride=4)  # both at their default block length
     for seq, (packet, stamp_ns) in enumerate(zip(packets, stamps)):
         harness.publish('evt3', packet.data, int(stamp_ns), seq=seq)
@@ -710,12 +716,8 @@ def test_node_and_replay_give_the_same_flow_through_restarts(harness_factory, mo
     seq going on (a camera restarted under its driver) and a bag loop (stamps and seq back):
     both drive the one stream front end, so stamps, frame ids and point bytes agree.
     """
-    from rosbags.rosbag2 import Reader
-
-    from veckm_flow_ros.core.model import load_model
-    from veckm_flow_ros.eventio.bag import EventBagWriter, make_typestore
+    from veckm_flow_ros.eventio.bag import EventBagWriter
     from veckm_flow_ros.eventio.packets import encode_packets
-    from veckm_flow_ros.offline.replay import ReplayOptions, ReplayOutputs, replay_bag
     from veckm_flow_ros.stream.frontend import RESTART_TOLERANCE_NS
     events, _, _ = moving_edges(duration_s=0.3)
     packets = encode_packets(events, 'mono', packet_duration_ns=5_000_000)
@@ -735,17 +737,7 @@ def test_node_and_replay_give_the_same_flow_through_restarts(harness_factory, mo
             writer.write('/event_camera/events', stamp_ns, encoding='mono', events=packet.data,
                          width=640, height=480, seq=seq, time_base=packet.time_base,
                          frame_id=frame_id, log_time_ns=stamp0 + index * 5_000_000)
-    replay_bag(bag_path, load_model(model_path), ReplayOptions(target_stride=4, progress=False),
-               ReplayOutputs(bag=tmp_path / 'flow_bag'))
-    typestore = make_typestore()
-    replayed = []
-    with Reader(tmp_path / 'flow_bag') as reader:
-        for connection, _, raw in reader.messages():
-            if connection.topic == FLOW_TOPIC:
-                cloud = typestore.deserialize_cdr(raw, connection.msgtype)
-                replayed.append((cloud.header.stamp.sec * 1_000_000_000
-                                 + cloud.header.stamp.nanosec, cloud.header.frame_id,
-                                 bytes(cloud.data)))
+    replayed = _replayed_flow(bag_path, model_path, tmp_path)
     harness = harness_factory(target_stride=4)
     for packet, seq, stamp_ns, frame_id in sequence:
         harness.publish('mono', packet.data, stamp_ns, time_base=packet.time_base, seq=seq,
