@@ -16,8 +16,11 @@
 
 # The checks that need a GPU, as one script for the lent GPU machine (no ROS there, no package
 # registry; its python3 already holds CUDA torch, numpy, pytest, hypothesis, opencv):
-#   build the CUDA extension in place, run the device-parametrised tests (CUDA == CPU),
-#   `veckm-flow bench` (CUDA events), the streaming estimator benchmark and a kernel profile.
+#   build the CUDA extension in place, run the device-parametrised tests (CUDA == CPU; the
+#   op tests also run encode_naive, the paper's Algorithm 1 as a CUDA kernel, on the GPU),
+#   `veckm-flow bench` (CUDA events; its 'cuda-naive' rows time that kernel on the same card in
+#   the same run, and the 'x naive' column is the speed-up of the 'cuda' rows over it), the
+#   streaming estimator benchmark and a kernel profile.
 # Every log goes to $OUT (default out/device). Each step has its own time limit, so one hang
 # cannot eat the whole lease.
 #     OUT=out/device bash scripts/device_check.sh
@@ -61,8 +64,9 @@ fi
 echo "build exit $rc in $(( $(date +%s) - start )) s"
 if [ $rc -ne 0 ]; then grep -E 'error|Error' "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; fi
 ldd veckm_flow_ros/_C*.so | grep -E 'stdc\+\+|gomp|cudart'
-python3 -c 'import torch, veckm_flow_ros.ops; print(torch.ops.veckm_flow.encode.default._schema); \
-print("CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key("veckm_flow::encode", "CUDA"))'
+python3 -c 'import torch, veckm_flow_ros.core.ops; print(torch.ops.veckm_flow.encode.default._schema); \
+[print(op, "CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA")) \
+ for op in ("veckm_flow::encode", "veckm_flow::encode_naive", "veckm_flow::flow_mlp")]'
 
 step tests
 timeout 200 python3 -m pytest -q -p no:cacheprovider --maxfail=10 --continue-on-collection-errors \

@@ -19,8 +19,9 @@ Fuzz the C++ EventPacket decoders under AddressSanitizer (and check them against
     ASAN=$(gcc -print-file-name=libasan.so)
     LD_PRELOAD=$ASAN ASAN_OPTIONS=detect_leaks=0 .venv/bin/python scripts/fuzz_decode_asan.py
 
-Builds csrc/module.cpp + csrc/decode.cpp + csrc/cpu/decode_cpu.cpp with
--fsanitize=address,undefined into a scratch directory outside the repository (--build-dir),
+Builds the CPU extension (csrc/*.cpp, csrc/cpu/*.cpp) with -fsanitize=address,undefined
+into a scratch directory outside the repository (--build-dir), installs it as
+veckm_flow_ros._C (so veckm_flow_ros.core.ops wraps the ASan-built ops),
 then feeds the kernels random and mutated packets of every encoding: mutated packets of the
 real recordings (../shared/data/recordings, when present), random bytes, odd lengths, valid
 streams from packets.py with flipped bits, truncated cuts, extreme width/height/time_base,
@@ -37,21 +38,22 @@ import tempfile
 import time
 
 import numpy as np
-import torch
 from torch.utils import cpp_extension
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = ['csrc/module.cpp', 'csrc/decode.cpp', 'csrc/cpu/decode_cpu.cpp']
+# Every CPU source: the one schema block (csrc/veckm_flow.cpp) names every op's schema.
+SOURCES = sorted(ROOT.glob('csrc/*.cpp')) + sorted(ROOT.glob('csrc/cpu/*.cpp'))
 
 
 def build(build_dir: pathlib.Path):
+    """Compile the ASan build and return its module (registers the torch ops)."""
     flags = ['-O1', '-g', '-fno-omit-frame-pointer', '-fsanitize=address,undefined',
              '-fno-sanitize-recover=all',
              '-std=c++17']
     build_dir.mkdir(parents=True, exist_ok=True)
-    # The module is named _C (its PyInit__C); loaded as a top-level module it only registers
-    # the torch ops, so the package's own _C must not be imported in this process.
-    cpp_extension.load(name='_C', sources=[str(ROOT / s) for s in SOURCES],
+    # The module is named _C (its PyInit__C); it registers the torch ops, so the package's own
+    # _C must not be imported in this process: main() puts this one in its place.
+    return cpp_extension.load(name='_C', sources=[str(source) for source in SOURCES],
                        extra_cflags=flags, extra_ldflags=['-fsanitize=address,undefined'],
                        build_directory=str(build_dir), verbose=False)
 
@@ -125,10 +127,8 @@ def main():
         print('run with LD_PRELOAD=$(gcc -print-file-name=libasan.so) '
               'ASAN_OPTIONS=detect_leaks=0 (see the module docstring)', file=sys.stderr)
         return 2
-    build(args.build_dir)
+    sys.modules['veckm_flow_ros._C'] = build(args.build_dir)
     sys.path.insert(0, str(ROOT))
-    from veckm_flow_ros.eventio import decode
-    decode._EXTENSION[:] = [torch]  # the ASan-built ops are registered; skip the package's _C
     from veckm_flow_ros.eventio.decode import ENCODINGS, PacketDecoder
 
     rng = np.random.default_rng(args.seed)

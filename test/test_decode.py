@@ -416,3 +416,36 @@ def test_evt3_resync_after_lost_messages(backend):
     assert wrong_times(synced) == 0
     assert np.all(np.diff(synced.t_ns) >= 0)
     assert len(synced) > 0.7 * n
+
+
+# -- the compiled ops themselves ----------------------------------------------------------------
+
+@pytest.mark.parametrize('encoding', ENCODINGS)
+def test_opcheck_decode_ops(encoding):
+    """torch.library.opcheck (schema incl. the in-place state, fake shapes) of each decoder."""
+    needs_cpp()
+    import torch
+    from veckm_flow_ros.core import ops
+    rng = np.random.default_rng(3)
+    n = 300
+    events = sort_for_vectors(EventArray(np.sort(rng.integers(0, 10**9, n)),
+                                         rng.integers(0, 640, n), rng.integers(0, 480, n),
+                                         rng.integers(0, 2, n)))
+    if encoding == 'trigger':
+        data = rng.integers(0, 256, 8 * 40, dtype=np.uint8).tobytes()
+    else:
+        data = encode_packets(events, encoding, packet_duration_ns=None,
+                              events_per_packet=n)[0].data
+    buffer = torch.from_numpy(np.frombuffer(data, np.uint8).copy())
+    args = {'evt3': (buffer, torch.zeros(6, dtype=torch.int64), 640, 480),
+            'libcaer_cmp': (buffer, torch.zeros(3, dtype=torch.int64), 10**9, 640, 480),
+            'libcaer': (buffer, 10**9, 640, 480),
+            'mono': (buffer, 10**9, 640, 480),
+            'trigger': (buffer, 10**9)}[encoding]
+    op = getattr(torch.ops.veckm_flow, f'decode_{encoding}').default
+    torch.library.opcheck(op, args)
+    # The wrapper is the op.
+    wrapped = getattr(ops, f'decode_{encoding}')(*(
+        a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+    direct = op(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+    assert all(torch.equal(a, b) for a, b in zip(wrapped, direct))

@@ -31,6 +31,10 @@ def _devices():
 
 
 DEVICES = pytest.mark.parametrize('device', _devices())
+# The fast encoding and the paper's Algorithm 1 as written (the benchmark's baseline): the same
+# contract, so the same tests.
+ENCODE_OPS = pytest.mark.parametrize('encode', [ops.encode, ops.encode_naive],
+                                     ids=['encode', 'encode_naive'])
 
 
 def _frequencies(d, seed=0):
@@ -53,11 +57,12 @@ def _relative_error(features, expected):
     return (difference / expected.norm(dim=1).clamp(min=1.0)).max().item()
 
 
-def _encode_both(device, t_ns, x, y, targets, width, height, radius, d=64, tau_s=0.012):
+def _encode_both(device, t_ns, x, y, targets, width, height, radius, d=64, tau_s=0.012,
+                 encode=ops.encode):
     freq_t, freq_x, freq_y = _frequencies(d)
     expected, expected_count = reference.encode_closed_form(
         t_ns, x, y, targets, width, height, freq_t, freq_x, freq_y, tau_s, radius)
-    features, count = ops.encode(
+    features, count = encode(
         t_ns.to(device), x.to(device), y.to(device), targets.to(device), width, height,
         freq_t.to(device), freq_x.to(device), freq_y.to(device), tau_s, radius)
     assert features.shape == (len(targets), 2 * d) and features.dtype == torch.float32
@@ -66,21 +71,23 @@ def _encode_both(device, t_ns, x, y, targets, width, height, radius, d=64, tau_s
     return features.cpu(), count.cpu(), expected, expected_count
 
 
+@ENCODE_OPS
 @DEVICES
 @pytest.mark.parametrize('width, height, radius, n', [
     (40, 30, 8, 1000), (25, 70, 10, 1000), (64, 48, 8, 400), (9, 5, 10, 300), (33, 33, 3, 800)])
-def test_encode_matches_closed_form(device, width, height, radius, n):
+def test_encode_matches_closed_form(encode, device, width, height, radius, n):
     t_ns, x, y = _random_events(n, width, height, seed=width + radius, margin=2)
     targets = torch.arange(0, n, 3)
     features, count, expected, expected_count = _encode_both(
-        device, t_ns, x, y, targets, width, height, radius)
+        device, t_ns, x, y, targets, width, height, radius, encode=encode)
     assert torch.equal(count.long(), expected_count)
     assert _relative_error(features, expected) <= 1e-4
     assert torch.isfinite(features).all()
 
 
+@ENCODE_OPS
 @DEVICES
-def test_duplicate_pixels_and_borders(device):
+def test_duplicate_pixels_and_borders(encode, device):
     # Many events on few pixels, including the four corners and the image edges.
     width, height, radius = 20, 12, 8
     generator = torch.Generator().manual_seed(3)
@@ -90,56 +97,61 @@ def test_duplicate_pixels_and_borders(device):
     t_ns = torch.randint(0, 30_000_000, (300,), generator=generator)
     targets = torch.arange(300)
     features, count, expected, expected_count = _encode_both(
-        device, t_ns, x, y, targets, width, height, radius)
+        device, t_ns, x, y, targets, width, height, radius, encode=encode)
     assert torch.equal(count.long(), expected_count)
     assert _relative_error(features, expected) <= 1e-4
 
 
+@ENCODE_OPS
 @DEVICES
-def test_single_event_is_sqrt_d(device):
+def test_single_event_is_sqrt_d(encode, device):
     t_ns = torch.tensor([123_456_789], dtype=torch.int64)
     x = torch.tensor([5], dtype=torch.int32)
     y = torch.tensor([7], dtype=torch.int32)
-    features, count, _, _ = _encode_both(device, t_ns, x, y, torch.tensor([0]), 10, 10, 8)
+    features, count, _, _ = _encode_both(device, t_ns, x, y, torch.tensor([0]), 10, 10, 8,
+                                         encode=encode)
     assert count.tolist() == [1]
     # exp(i 0) * sqrt(D) / 1 for every channel.
     assert torch.allclose(features[0, :64], torch.full((64,), math.sqrt(64.0)), atol=1e-5)
     assert torch.allclose(features[0, 64:], torch.zeros(64), atol=1e-5)
 
 
+@ENCODE_OPS
 @DEVICES
-def test_empty_inputs(device):
+def test_empty_inputs(encode, device):
     freq_t, freq_x, freq_y = (f.to(device) for f in _frequencies(64))
     empty_i64 = torch.empty(0, dtype=torch.int64, device=device)
     empty_i32 = torch.empty(0, dtype=torch.int32, device=device)
-    features, count = ops.encode(empty_i64, empty_i32, empty_i32, empty_i64, 64, 48,
-                                 freq_t, freq_x, freq_y, 0.012, 8)
+    features, count = encode(empty_i64, empty_i32, empty_i32, empty_i64, 64, 48,
+                             freq_t, freq_x, freq_y, 0.012, 8)
     assert features.shape == (0, 128) and count.shape == (0,)
     t_ns, x, y = _random_events(50, 64, 48, seed=1)
-    features, count = ops.encode(t_ns.to(device), x.to(device), y.to(device), empty_i64, 64, 48,
-                                 freq_t, freq_x, freq_y, 0.012, 8)
+    features, count = encode(t_ns.to(device), x.to(device), y.to(device), empty_i64, 64, 48,
+                             freq_t, freq_x, freq_y, 0.012, 8)
     assert features.shape == (0, 128)
     flow = ops.flow_mlp(torch.empty(0, 128, device=device), torch.ones(128, 16, device=device),
                         torch.ones(16, 16, device=device), torch.ones(16, 2, device=device))
     assert flow.shape == (0, 2)
 
 
+@ENCODE_OPS
 @DEVICES
-def test_target_outside_image_is_invalid_not_nan(device):
+def test_target_outside_image_is_invalid_not_nan(encode, device):
     t_ns = torch.tensor([0, 1000, 2000, 3000], dtype=torch.int64)
     x = torch.tensor([3, 4, 12, -1], dtype=torch.int32)
     y = torch.tensor([3, 3, 3, 2], dtype=torch.int32)
     features, count, expected, expected_count = _encode_both(
-        device, t_ns, x, y, torch.arange(4), 10, 10, 8)
+        device, t_ns, x, y, torch.arange(4), 10, 10, 8, encode=encode)
     assert count.tolist() == [2, 2, 0, 0]
     assert torch.equal(count.long(), expected_count)
     assert torch.isfinite(features).all()
     assert (features[2:] == 0).all()
 
 
+@ENCODE_OPS
 @DEVICES
 @pytest.mark.parametrize('case', ['targets_outside', 'all_events_outside'])
-def test_nothing_inside_to_pool(device, case):
+def test_nothing_inside_to_pool(encode, device, case):
     # Only out-of-image targets (events inside exist), or no event inside the image at all:
     # the kernels' early exits must still return zero features and count 0 for every target.
     t_ns = torch.arange(6, dtype=torch.int64) * 1000
@@ -151,19 +163,20 @@ def test_nothing_inside_to_pool(device, case):
         targets = torch.arange(6)
     y = torch.full((6,), 2, dtype=torch.int32)
     features, count, expected, expected_count = _encode_both(
-        device, t_ns, x, y, targets, 10, 10, 3)
+        device, t_ns, x, y, targets, 10, 10, 3, encode=encode)
     assert torch.equal(count.long(), expected_count) and (count == 0).all()
     assert (features == 0).all()
 
 
+@ENCODE_OPS
 @DEVICES
-def test_absolute_timestamps_keep_precision(device):
+def test_absolute_timestamps_keep_precision(encode, device):
     # ROS stamps (~1.7e9 s) would lose ~100 s of resolution in float32; the op takes int64 ns.
     t_ns, x, y = _random_events(500, 30, 20, seed=5, t0_ns=0)
     targets = torch.arange(0, 500, 5)
-    near, _, _, _ = _encode_both(device, t_ns, x, y, targets, 30, 20, 8)
+    near, _, _, _ = _encode_both(device, t_ns, x, y, targets, 30, 20, 8, encode=encode)
     far, _, expected, _ = _encode_both(device, t_ns + 1_700_000_000_123_456_789, x, y, targets,
-                                       30, 20, 8)
+                                       30, 20, 8, encode=encode)
     assert _relative_error(far, expected) <= 1e-4
     assert torch.allclose(near, far, atol=1e-4)
 
@@ -275,18 +288,58 @@ def test_argument_checks_name_the_argument(device):
                        for shape in ((3, 128), (128, 16), (15, 16), (16, 2))))
 
 
-def test_opcheck():
-    t_ns, x, y = _random_events(200, 16, 12, seed=4)
+@ENCODE_OPS
+@DEVICES
+def test_encode_naive_equals_encode_on_a_dense_scene(encode, device):
+    # Algorithm 1 as written against the box-sum kernels: the same counts and features, on a
+    # dense 64 x 48 scene with out-of-image events (the baseline's speed-up is a fair ratio).
+    t_ns, x, y = _random_events(6000, 64, 48, seed=21, margin=3)
+    targets = torch.arange(0, 6000, 2)
+    freqs = [f.to(device) for f in _frequencies(64, seed=5)]
+    inputs = [a.to(device) for a in (t_ns, x, y, targets)]
+    fast, fast_count = ops.encode(*inputs, 64, 48, *freqs, 0.012, 10)
+    features, count = encode(*inputs, 64, 48, *freqs, 0.012, 10)
+    assert torch.equal(count, fast_count)
+    assert _relative_error(features.cpu(), fast.double().cpu()) <= 1e-5
+
+
+def test_every_op_has_a_wrapper():
+    registered = {name.split('::')[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith('veckm_flow::')}
+    assert registered == {'encode', 'encode_naive', 'flow_mlp', 'flow_mlp_c4', 'decode_evt3',
+                          'decode_libcaer_cmp', 'decode_libcaer', 'decode_mono',
+                          'decode_trigger'}
+    for name in registered:
+        assert callable(getattr(ops, name)) and getattr(ops, name).__doc__
+
+
+@ENCODE_OPS
+@DEVICES
+def test_opcheck_encode(encode, device):
+    t_ns, x, y = _random_events(200, 16, 12, seed=4, margin=1)
     freq_t, freq_x, freq_y = _frequencies(8)
     targets = torch.arange(0, 200, 7)
-    torch.library.opcheck(torch.ops.veckm_flow.encode.default,
-                          (t_ns, x, y, targets, 16, 12, freq_t, freq_x, freq_y, 0.012, 3),
-                          test_utils=('test_schema', 'test_faketensor'))
-    features = torch.randn(20, 16)
-    torch.library.opcheck(torch.ops.veckm_flow.flow_mlp.default,
-                          (features, torch.randn(16, 8), torch.randn(8, 8), torch.randn(8, 2),
-                           2.0),
-                          test_utils=('test_schema', 'test_faketensor'))
+    op = getattr(torch.ops.veckm_flow, encode.__name__).default
+    torch.library.opcheck(op, tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in (
+        t_ns, x, y, targets, 16, 12, freq_t, freq_x, freq_y, 0.012, 3)))
+
+
+@DEVICES
+def test_opcheck_flow_mlp(device):
+    generator = torch.Generator().manual_seed(6)
+    args = [torch.randn(shape, generator=generator).to(device)
+            for shape in ((20, 16), (16, 8), (8, 8), (8, 2))]
+    torch.library.opcheck(torch.ops.veckm_flow.flow_mlp.default, (*args, 2.0))
+
+
+@pytest.mark.skipif(not ops.has_flow_mlp_c4(), reason='flow_mlp_c4 needs x86-64 AVX2 + FMA')
+def test_opcheck_flow_mlp_c4():
+    # CPU only (no CUDA kernel): blocks for C_in = C_out = 16 in 2 input groups.
+    generator = torch.Generator().manual_seed(7)
+    blocks = [torch.randn(n, n, generator=generator) for n in (16, 16, 32, 16, 16, 32)]
+    torch.library.opcheck(torch.ops.veckm_flow.flow_mlp_c4.default,
+                          (torch.randn(30, 64, generator=generator), blocks,
+                           torch.randn(64, 2, generator=generator), 2, 3.0))
 
 
 def test_cpu_threads_split_skewed_scenes_alike():

@@ -12,7 +12,8 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// CPU kernels of the EventPacket decoders (schemas and output conventions: ../decode.cpp).
+// CPU kernels of the EventPacket decoders (schemas, output conventions and argument checks:
+// ../decode.cpp).
 //
 // The buffers are untrusted: every read is bounded by the buffer length and every write by an
 // output size computed from the same buffer in a first counting pass (an upper bound on the
@@ -25,6 +26,8 @@
 
 #include <cstdint>
 #include <tuple>
+
+#include "../ops.h"
 
 namespace veckm_flow {
 namespace {
@@ -45,18 +48,18 @@ constexpr uint64_t kEvt3MaxTimeHighJitter = 10;
 // libcaer's int32 microsecond counter wraps at 2^31.
 constexpr uint64_t kLibcaerWrapNs = (uint64_t{1} << 31) * 1000;
 
-inline uint16_t ReadU16(const uint8_t* bytes) {
+inline uint16_t read_u16(const uint8_t* bytes) {
   return static_cast<uint16_t>(bytes[0] | (bytes[1] << 8));
 }
 
-inline uint32_t ReadU32(const uint8_t* bytes) {
+inline uint32_t read_u32(const uint8_t* bytes) {
   return static_cast<uint32_t>(bytes[0]) | (static_cast<uint32_t>(bytes[1]) << 8) |
          (static_cast<uint32_t>(bytes[2]) << 16) | (static_cast<uint32_t>(bytes[3]) << 24);
 }
 
-inline uint64_t ReadU64(const uint8_t* bytes) {
-  return static_cast<uint64_t>(ReadU32(bytes)) |
-         (static_cast<uint64_t>(ReadU32(bytes + 4)) << 32);
+inline uint64_t read_u64(const uint8_t* bytes) {
+  return static_cast<uint64_t>(read_u32(bytes)) |
+         (static_cast<uint64_t>(read_u32(bytes + 4)) << 32);
 }
 
 // Number of set bits of every 12-bit value (x86-64 baseline has no POPCNT instruction, and
@@ -72,29 +75,7 @@ struct Popcount12 {
 };
 constexpr Popcount12 kPopcount12;
 
-void CheckBuffer(const at::Tensor& buffer) {
-  TORCH_CHECK(buffer.device().is_cpu(), "buffer must be a CPU tensor, got ", buffer.device());
-  TORCH_CHECK(buffer.scalar_type() == at::kByte, "buffer must be uint8, got ",
-              buffer.scalar_type());
-  TORCH_CHECK(buffer.dim() == 1, "buffer must be 1-D (bytes), got shape ", buffer.sizes());
-  TORCH_CHECK(buffer.is_contiguous(), "buffer must be contiguous");
-}
-
-void CheckState(const at::Tensor& state, int64_t size) {
-  TORCH_CHECK(state.device().is_cpu(), "state must be a CPU tensor, got ", state.device());
-  TORCH_CHECK(state.scalar_type() == at::kLong, "state must be int64, got ", state.scalar_type());
-  TORCH_CHECK(state.dim() == 1 && state.size(0) == size, "state must have shape (", size,
-              "), got ", state.sizes());
-  TORCH_CHECK(state.is_contiguous(), "state must be contiguous");
-}
-
-// Coordinates are uint16: a sensor wider than 65535 keeps every coordinate.
-uint32_t CheckExtent(int64_t extent, const char* name) {
-  TORCH_CHECK(extent >= 0, name, " must be >= 0, got ", extent);
-  return static_cast<uint32_t>(extent > 65536 ? 65536 : extent);
-}
-
-// Output columns sized by an upper bound; Finish() trims them to what was written.
+// Output columns sized by an upper bound; finish() trims them to what was written.
 struct EventColumns {
   at::Tensor t_ns, x, y, p;
   int64_t* t_ptr;
@@ -113,7 +94,7 @@ struct EventColumns {
         y_ptr(static_cast<uint16_t*>(y.data_ptr())),
         p_ptr(p.data_ptr<uint8_t>()) {}
 
-  inline void Push(uint64_t t, uint16_t ex, uint16_t ey, uint8_t polarity) {
+  inline void push(uint64_t t, uint16_t ex, uint16_t ey, uint8_t polarity) {
     t_ptr[count] = static_cast<int64_t>(t);
     x_ptr[count] = ex;
     y_ptr[count] = ey;
@@ -121,7 +102,7 @@ struct EventColumns {
     ++count;
   }
 
-  void Finish() {
+  void finish() {
     t_ns = t_ns.narrow(0, 0, count);
     x = x.narrow(0, 0, count);
     y = y.narrow(0, 0, count);
@@ -147,7 +128,7 @@ enum Evt3Code : uint16_t {
   kEvt3Continued12 = 15,
 };
 
-inline uint64_t Evt3UpdateTimeHigh(uint64_t time_high, uint16_t payload) {
+inline uint64_t evt3_update_time_high(uint64_t time_high, uint16_t payload) {
   const uint64_t last = (time_high >> 12) & 0xFFF;
   const uint64_t next = payload;
   // A wrap when next < last by more than the jitter; arithmetic, not a branch (this runs for
@@ -166,10 +147,10 @@ constexpr uint8_t kEvt3Invalid[16] = {0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            at::Tensor>
 decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int64_t height) {
-  CheckBuffer(buffer);
-  CheckState(state, kEvt3StateSize);
-  const uint32_t width_px = CheckExtent(width, "width");
-  const uint32_t height_px = CheckExtent(height, "height");
+  check_buffer(buffer);
+  check_state(state, kEvt3StateSize);
+  const uint32_t width_px = check_extent(width, "width");
+  const uint32_t height_px = check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_words = buffer.size(0) / 2;
 
@@ -177,7 +158,7 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
   int64_t max_events = 0;
   int64_t max_triggers = 0;
   for (int64_t i = 0; i < num_words; ++i) {
-    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t word = read_u16(bytes + 2 * i);
     const uint16_t code = word >> 12;
     max_events += kPopcount12[word & kEvt3VectorMask[code]] + (code == kEvt3AddrX);
     max_triggers += code == kEvt3ExtTrigger;
@@ -206,10 +187,10 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
   int64_t i = 0;
   // Until the time is known only time words count (as in the reference decoder).
   for (; !time_valid && i < num_words; ++i) {
-    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t word = read_u16(bytes + 2 * i);
     const uint16_t code = word >> 12;
     if (code == kEvt3TimeHigh) {
-      time_high = Evt3UpdateTimeHigh(time_high, word & 0xFFF);
+      time_high = evt3_update_time_high(time_high, word & 0xFFF);
       seen_time_high = true;
     } else if (code == kEvt3TimeLow) {
       time_low = word & 0xFFF;
@@ -228,7 +209,7 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
   int64_t out_of_bounds = 0;
   int64_t invalid_words = 0;
   for (; i < num_words; ++i) {
-    const uint32_t word = ReadU16(bytes + 2 * i);
+    const uint32_t word = read_u16(bytes + 2 * i);
     const uint32_t code = word >> 12;
     const uint32_t payload = word & 0xFFF;
     const uint64_t t_ns = (time_high | time_low) * 1000;
@@ -274,7 +255,7 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
     vector_polarity = is_base ? ((word >> 11) & 1) : vector_polarity;
     y = code == kEvt3AddrY ? (word & 0x7FF) : y;
     time_low = code == kEvt3TimeLow ? payload : time_low;
-    const uint64_t next_high = Evt3UpdateTimeHigh(time_high, static_cast<uint16_t>(payload));
+    const uint64_t next_high = evt3_update_time_high(time_high, static_cast<uint16_t>(payload));
     time_high = code == kEvt3TimeHigh ? next_high : time_high;
     invalid_words += kEvt3Invalid[code];
   }
@@ -289,7 +270,7 @@ decode_evt3_cpu(const at::Tensor& buffer, at::Tensor& state, int64_t width, int6
   s[4] = base_x;
   s[5] = vector_polarity;
 
-  events.Finish();
+  events.finish();
   return {events.t_ns,
           events.x,
           events.y,
@@ -314,16 +295,16 @@ enum LibcaerCmpCode : uint16_t {
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_libcaer_cmp_cpu(
     const at::Tensor& buffer, at::Tensor& state, int64_t time_base_ns, int64_t width,
     int64_t height) {
-  CheckBuffer(buffer);
-  CheckState(state, kLibcaerCmpStateSize);
-  const uint32_t width_px = CheckExtent(width, "width");
-  const uint32_t height_px = CheckExtent(height, "height");
+  check_buffer(buffer);
+  check_state(state, kLibcaerCmpStateSize);
+  const uint32_t width_px = check_extent(width, "width");
+  const uint32_t height_px = check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_words = buffer.size(0) / 2;
 
   int64_t max_events = 0;
   for (int64_t i = 0; i < num_words; ++i) {
-    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t word = read_u16(bytes + 2 * i);
     const uint16_t code = word >> 12;
     max_events += code == kCmpAddrY ? 1 : (code == kCmpVect8 ? kPopcount12[word & 0xFF] : 0);
   }
@@ -339,7 +320,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
   uint64_t time_low = 0;
 
   for (int64_t i = 0; i < num_words; ++i) {
-    const uint16_t word = ReadU16(bytes + 2 * i);
+    const uint16_t word = read_u16(bytes + 2 * i);
     switch (word >> 12) {
       case kCmpTimeHigh:
         time_high = static_cast<uint64_t>(word & 0xFFF) << 12;
@@ -353,7 +334,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
       case kCmpAddrY: {
         const uint16_t y = word & 0x7FF;
         if (x < width_px && y < height_px) {
-          events.Push(time_base + (time_high | time_low) * 1000, x, y, (word >> 11) & 1);
+          events.push(time_base + (time_high | time_low) * 1000, x, y, (word >> 11) & 1);
         } else {
           ++stats[kStatOutOfBounds];
         }
@@ -371,7 +352,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
           mask &= mask - 1;
           const uint16_t y = static_cast<uint16_t>(base_y + bit);
           if (x < width_px && y < height_px) {
-            events.Push(t, x, y, vector_polarity);
+            events.push(t, x, y, vector_polarity);
           } else {
             ++stats[kStatOutOfBounds];
           }
@@ -388,7 +369,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
   s[0] = x;
   s[1] = base_y;
   s[2] = vector_polarity;
-  events.Finish();
+  events.finish();
   return {events.t_ns, events.x, events.y, events.p,
           at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
 }
@@ -398,9 +379,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
 // int32 ts_us. A negative ts_us is invalid (libcaer counts from 0); a decrease is a wrap.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_libcaer_cpu(
     const at::Tensor& buffer, int64_t time_base_ns, int64_t width, int64_t height) {
-  CheckBuffer(buffer);
-  const uint32_t width_px = CheckExtent(width, "width");
-  const uint32_t height_px = CheckExtent(height, "height");
+  check_buffer(buffer);
+  const uint32_t width_px = check_extent(width, "width");
+  const uint32_t height_px = check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_records = buffer.size(0) / 8;
 
@@ -409,8 +390,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
   uint64_t time_high = static_cast<uint64_t>(time_base_ns);
   int64_t last_ts_us = 0;
   for (int64_t i = 0; i < num_records; ++i) {
-    const uint32_t data = ReadU32(bytes + 8 * i);
-    const int64_t ts_us = static_cast<int32_t>(ReadU32(bytes + 8 * i + 4));
+    const uint32_t data = read_u32(bytes + 8 * i);
+    const int64_t ts_us = static_cast<int32_t>(read_u32(bytes + 8 * i + 4));
     if (ts_us < 0) {
       ++stats[kStatInvalidTimestamps];
       continue;
@@ -422,12 +403,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
     const uint32_t x = (data >> 17) & 0x7FFF;
     const uint32_t y = (data >> 2) & 0x7FFF;
     if (x < width_px && y < height_px) {
-      events.Push(time_high + static_cast<uint64_t>(ts_us) * 1000, x, y, (data >> 1) & 1);
+      events.push(time_high + static_cast<uint64_t>(ts_us) * 1000, x, y, (data >> 1) & 1);
     } else {
       ++stats[kStatOutOfBounds];
     }
   }
-  events.Finish();
+  events.finish();
   return {events.t_ns, events.x, events.y, events.p,
           at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
 }
@@ -436,9 +417,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
 // mono: uint64 per event: dt_ns bits 31..0, x bits 47..32, y bits 62..48, polarity bit 63.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_mono_cpu(
     const at::Tensor& buffer, int64_t time_base_ns, int64_t width, int64_t height) {
-  CheckBuffer(buffer);
-  const uint32_t width_px = CheckExtent(width, "width");
-  const uint32_t height_px = CheckExtent(height, "height");
+  check_buffer(buffer);
+  const uint32_t width_px = check_extent(width, "width");
+  const uint32_t height_px = check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_records = buffer.size(0) / 8;
 
@@ -446,16 +427,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_mo
   int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 8, 0};
   const uint64_t time_base = static_cast<uint64_t>(time_base_ns);
   for (int64_t i = 0; i < num_records; ++i) {
-    const uint64_t word = ReadU64(bytes + 8 * i);
+    const uint64_t word = read_u64(bytes + 8 * i);
     const uint16_t x = static_cast<uint16_t>(word >> 32);
     const uint16_t y = static_cast<uint16_t>((word >> 48) & 0x7FFF);
     if (x < width_px && y < height_px) {
-      events.Push(time_base + (word & 0xFFFFFFFFu), x, y, static_cast<uint8_t>(word >> 63));
+      events.push(time_base + (word & 0xFFFFFFFFu), x, y, static_cast<uint8_t>(word >> 63));
     } else {
       ++stats[kStatOutOfBounds];
     }
   }
-  events.Finish();
+  events.finish();
   return {events.t_ns, events.x, events.y, events.p,
           at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
 }
@@ -463,7 +444,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_mo
 // trigger: the mono layout with the channel in bits 62..48 (kept modulo 256) and edge bit 63.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_trigger_cpu(
     const at::Tensor& buffer, int64_t time_base_ns) {
-  CheckBuffer(buffer);
+  check_buffer(buffer);
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_records = buffer.size(0) / 8;
   at::Tensor t_ns = at::empty({num_records}, at::kLong);
@@ -474,7 +455,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_trigger_cpu(
   uint8_t* edge_ptr = edge.data_ptr<uint8_t>();
   const uint64_t time_base = static_cast<uint64_t>(time_base_ns);
   for (int64_t i = 0; i < num_records; ++i) {
-    const uint64_t word = ReadU64(bytes + 8 * i);
+    const uint64_t word = read_u64(bytes + 8 * i);
     t_ptr[i] = static_cast<int64_t>(time_base + (word & 0xFFFFFFFFu));
     channel_ptr[i] = static_cast<uint8_t>((word >> 48) & 0xFF);
     edge_ptr[i] = static_cast<uint8_t>(word >> 63);

@@ -15,8 +15,8 @@
 """
 Pure-torch references of the VecKM encoding: the test oracle and the benchmark baseline.
 
-- `encode_closed_form`: the closed form of DESIGN §2.2 written literally, in float64, pair by
-  pair (target n, context event j). Slow (O(M N)); only for tests on small inputs.
+- `encode_closed_form`: the closed form of the encoding (docs/algorithm.md) written literally,
+  in float64, pair by pair (target n, context event j). Slow (O(M N)); only for small inputs.
 - `encode_algorithm1`: the paper's Algorithm 1 vectorised in torch: scatter PixelEmbed /
   PixelCount over the image, then for every target loop over the (2r+1)^2 window reading
   PixelEmbed. float32/complex64 like the reference implementation; the baseline of `bench`.

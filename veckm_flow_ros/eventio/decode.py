@@ -32,13 +32,14 @@ time going backwards) never raise: the affected bytes/words/events are skipped, 
 next good packet decodes correctly. Only a message that cannot be decoded at all (unknown
 encoding, time_base beyond 2^63 - 1) raises DecodeError.
 
-Encodings (all little-endian; DESIGN.md section 3): 'evt3' (Prophesee EVT 3.0, stateful across
-messages), 'libcaer_cmp' (time restarts at time_base in every message), 'libcaer' (8 bytes per
-event, 2^31 us wrap), 'mono' (8 bytes per event, dt in ns from time_base) and 'trigger'.
+Encodings (all little-endian; byte layouts in docs/algorithm.md): 'evt3' (Prophesee EVT 3.0,
+stateful across messages), 'libcaer_cmp' (time restarts at time_base in every message),
+'libcaer' (8 bytes per event, 2^31 us wrap), 'mono' (8 bytes per event, dt in ns from
+time_base) and 'trigger'.
 
 Two backends give identical results: the C++ kernels of the torch extension
-(torch.ops.veckm_flow.decode_*, csrc/cpu/decode_cpu.cpp; the default when the extension is
-importable) and the vectorised numpy reference (decode_numpy.py).
+(veckm_flow_ros.core.ops.decode_*, csrc/cpu/decode_cpu.cpp; the default when the extension
+is importable) and the vectorised numpy reference (decode_numpy.py).
 """
 
 from collections import Counter
@@ -79,12 +80,12 @@ _EXTENSION = []
 
 
 def _load_extension():
-    """Return torch when the compiled decoders (veckm_flow_ros._C) load, else None (cached)."""
+    """Return (torch, ops) when the compiled decoders load, else None (cached)."""
     if not _EXTENSION:
         try:
             import torch
-            import veckm_flow_ros._C  # noqa: F401  (registers torch.ops.veckm_flow)
-            _EXTENSION.append(torch)
+            from veckm_flow_ros.core import ops  # loads veckm_flow_ros._C
+            _EXTENSION.append((torch, ops))
         except (ImportError, OSError):
             _EXTENSION.append(None)
     return _EXTENSION[0]
@@ -140,13 +141,13 @@ class PacketDecoder:
     def __init__(self, backend: str = 'auto'):
         if backend not in BACKENDS:
             raise ValueError(f'unknown decoder backend {backend!r}; choose one of {BACKENDS}')
-        torch = _load_extension() if backend != 'numpy' else None
-        if backend == 'cpp' and torch is None:
+        extension = _load_extension() if backend != 'numpy' else None
+        if backend == 'cpp' and extension is None:
             raise ValueError('decoder backend "cpp" needs the compiled extension '
                              'veckm_flow_ros._C; build it (python setup.py build_ext --inplace) '
                              'or use backend="numpy"')
-        self.backend = 'cpp' if torch is not None else 'numpy'
-        self._torch = torch
+        self.backend = 'cpp' if extension is not None else 'numpy'
+        self._torch, self._ops = extension if extension is not None else (None, None)
         self.messages = 0
         self.events = 0
         self.triggers = 0
@@ -245,7 +246,7 @@ class PacketDecoder:
             tensor = torch.from_numpy(buffer)
         else:
             tensor = _from_read_only(torch, buffer)
-        ops = torch.ops.veckm_flow
+        ops = self._ops
         state = self._state(encoding, lambda size: torch.zeros(size, dtype=torch.int64))
         if encoding == 'evt3':
             out = ops.decode_evt3(tensor, state, width, height)

@@ -12,9 +12,6 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// Schemas and argument checks of the VecKM encoding ops (kernels: cpu/veckm_encode_cpu.cpp,
-// cuda/veckm_encode_cuda.cu; shared math: veckm_math.h).
-//
 // encode: for the target events (indices into the events), the VecKM local event encoding
 //   f_n[k] = sqrt(D)/C_n sum_{j in window(n)} exp(i[(t_j-t_n)/tau T[k] + (x_j-x_n)/r X[k]
 //            + (y_j-y_n)/r Y[k]])
@@ -23,14 +20,19 @@
 //   events outside width x height are not context; a target outside the image gets count 0
 //   and zero features (invalid). Returns features float32 [M, 2D] (Re f then Im f) and
 //   count int32 [M] (C_n).
-// flow_mlp: relu(relu(features @ w1) @ w2) @ w3 * flow_scale, float32 [M, 2].
-
-#include "veckm_encode.h"
+// Kernels: cpu/encode_cpu.cpp, cuda/encode_cuda.cu (shared math: encode_math.h). The argument
+// checks below also serve encode_naive, which has the same arguments and results.
 
 #include <ATen/ATen.h>
-#include <torch/library.h>
+
+#include "ops.h"
 
 namespace veckm_flow {
+
+const char kEncodeSchema[] =
+    "encode(Tensor t_ns, Tensor x, Tensor y, Tensor target_index, int width, int height, "
+    "Tensor freq_t, Tensor freq_x, Tensor freq_y, float tau_s, int pixel_radius) -> "
+    "(Tensor features, Tensor count)";
 
 namespace {
 
@@ -40,11 +42,6 @@ void check_vector(const at::Tensor& tensor, const char* name, at::ScalarType dty
               tensor.scalar_type());
 }
 
-void check_same_device(const at::Tensor& tensor, const char* name, const at::Tensor& first) {
-  TORCH_CHECK(tensor.device() == first.device(), name, " is on ", tensor.device(),
-              " but t_ns/features are on ", first.device(), "; all inputs must share a device");
-}
-
 void check_coordinate(const at::Tensor& tensor, const char* name, const at::Tensor& t_ns) {
   TORCH_CHECK(tensor.dim() == 1, name, " must be a 1-D tensor, got shape ", tensor.sizes());
   const auto dtype = tensor.scalar_type();
@@ -52,19 +49,18 @@ void check_coordinate(const at::Tensor& tensor, const char* name, const at::Tens
               " must have dtype int32, int16 or uint16, got ", dtype);
   TORCH_CHECK(tensor.numel() == t_ns.numel(), name, " must have as many elements as t_ns (",
               t_ns.numel(), "), got ", tensor.numel());
-  check_same_device(tensor, name, t_ns);
-}
-
-void check_float(const at::Tensor& tensor, const char* name, const at::Tensor& features) {
-  TORCH_CHECK(tensor.scalar_type() == at::kFloat, name, " must be float32, got ",
-              tensor.scalar_type());
-  check_same_device(tensor, name, features);
+  check_same_device(tensor, name, t_ns, "t_ns");
 }
 
 }  // namespace
 
-at::Tensor coordinates_as_int32(const at::Tensor& coordinate) {
-  return coordinate.to(at::kInt).contiguous();
+EncodeTensors contiguous_encode_tensors(const at::Tensor& t_ns, const at::Tensor& x,
+                                        const at::Tensor& y, const at::Tensor& target_index,
+                                        const at::Tensor& freq_t, const at::Tensor& freq_x,
+                                        const at::Tensor& freq_y) {
+  return {t_ns.contiguous(),         x.to(at::kInt).contiguous(), y.to(at::kInt).contiguous(),
+          target_index.contiguous(), freq_t.contiguous(),        freq_x.contiguous(),
+          freq_y.contiguous()};
 }
 
 void check_encode_args(const at::Tensor& t_ns, const at::Tensor& x, const at::Tensor& y,
@@ -75,7 +71,7 @@ void check_encode_args(const at::Tensor& t_ns, const at::Tensor& x, const at::Te
   check_coordinate(x, "x", t_ns);
   check_coordinate(y, "y", t_ns);
   check_vector(target_index, "target_index", at::kLong);
-  check_same_device(target_index, "target_index", t_ns);
+  check_same_device(target_index, "target_index", t_ns, "t_ns");
   TORCH_CHECK(width > 0 && width <= 65536, "width must be in [1, 65536], got ", width);
   TORCH_CHECK(height > 0 && height <= 65536, "height must be in [1, 65536], got ", height);
   TORCH_CHECK(width * height <= (int64_t{1} << 30), "width * height must be at most 2^30, got ",
@@ -92,33 +88,22 @@ void check_encode_args(const at::Tensor& t_ns, const at::Tensor& x, const at::Te
   TORCH_CHECK(freq_x.numel() == freq_t.numel() && freq_y.numel() == freq_t.numel(),
               "freq_t, freq_x and freq_y must have the same length D, got ", freq_t.numel(),
               ", ", freq_x.numel(), ", ", freq_y.numel());
-  check_same_device(freq_t, "freq_t", t_ns);
-  check_same_device(freq_x, "freq_x", t_ns);
-  check_same_device(freq_y, "freq_y", t_ns);
+  check_same_device(freq_t, "freq_t", t_ns, "t_ns");
+  check_same_device(freq_x, "freq_x", t_ns, "t_ns");
+  check_same_device(freq_y, "freq_y", t_ns, "t_ns");
 }
 
-void check_flow_mlp_args(const at::Tensor& features, const at::Tensor& w1, const at::Tensor& w2,
-                         const at::Tensor& w3) {
-  TORCH_CHECK(features.dim() == 2, "features must be (M, 2D), got shape ", features.sizes());
-  check_float(features, "features", features);
-  check_float(w1, "w1", features);
-  check_float(w2, "w2", features);
-  check_float(w3, "w3", features);
-  TORCH_CHECK(w1.dim() == 2 && w1.size(0) == features.size(1),
-              "w1 must be (2D, H) with 2D = features.size(1) = ", features.size(1), ", got ",
-              w1.sizes());
-  TORCH_CHECK(w2.dim() == 2 && w2.size(0) == w1.size(1) && w2.size(1) == w1.size(1),
-              "w2 must be (H, H) with H = w1.size(1) = ", w1.size(1), ", got ", w2.sizes());
-  TORCH_CHECK(w3.dim() == 2 && w3.size(0) == w1.size(1) && w3.size(1) == 2,
-              "w3 must be (H, 2) with H = ", w1.size(1), ", got ", w3.sizes());
+void check_target_range(const at::Tensor& target_index, int64_t n) {
+  if (target_index.numel() == 0) return;
+  TORCH_CHECK(n > 0, "target_index holds ", target_index.numel(),
+              " targets but there are no events");
+  auto [lowest, highest] = at::aminmax(target_index);
+  const auto bounds = at::stack({lowest, highest}).cpu();  // one device sync
+  const int64_t lowest_index = bounds[0].item<int64_t>();
+  const int64_t highest_index = bounds[1].item<int64_t>();
+  TORCH_CHECK(lowest_index >= 0 && highest_index < n,
+              "target_index values must be event indices in [0, ", n, "), got [",
+              lowest_index, ", ", highest_index, "]");
 }
 
 }  // namespace veckm_flow
-
-TORCH_LIBRARY_FRAGMENT(veckm_flow, m) {
-  m.def(
-      "encode(Tensor t_ns, Tensor x, Tensor y, Tensor target_index, int width, int height, "
-      "Tensor freq_t, Tensor freq_x, Tensor freq_y, float tau_s, int pixel_radius) -> "
-      "(Tensor features, Tensor count)");
-  m.def("flow_mlp(Tensor features, Tensor w1, Tensor w2, Tensor w3, float flow_scale) -> Tensor");
-}

@@ -15,7 +15,7 @@
 // The per-event and per-pixel arithmetic of the VecKM encoding, written once for the CPU and
 // the CUDA kernels (both include this header, so the CPU tests exercise the GPU's math).
 //
-// The encoding of a target n (DESIGN.md section 2.2) is rewritten as
+// The encoding of a target n (docs/algorithm.md) is rewritten as
 //
 //   f_n[k] = sqrt(D) / C_n * exp(-i phase_n[k]) * sum_{pixels p in window(n)} Q_p[k]
 //   Q_p[k] = sum_{events j at p} exp(i phase_j[k])
@@ -28,6 +28,7 @@
 
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -123,6 +124,48 @@ VECKM_HOST_DEVICE inline void normalise_pooled(double box_re, double box_im, flo
   complex_multiply(&re, &im, cos_p, -sin_p);
   *out_re = static_cast<float>(re * scale);
   *out_im = static_cast<float>(im * scale);
+}
+
+
+// ---- The paper's Algorithm 1 as written (encode_naive: the baseline of the kernels above) ---
+//
+// PixelEmbed[p][k] = sum over the events at pixel p of exp(i t_j / tau T[k]), and PixelCount
+// (both backends scatter them); then, per target n at pixel (x, y) and channel k, the window
+// read pixel by pixel:
+//   f_n[k] = sqrt(D) / C_n * exp(-i t_n / tau T[k])
+//            * sum_{|dx|, |dy| <= r} exp(i (dx X[k] + dy Y[k]) / r) PixelEmbed[(x+dx, y+dy)][k]
+// pixel_embed [H * W][2D] and window_phasor [(2r+1)^2][2D] (row (dy + r)(2r + 1) + dx + r) are
+// re | im; float32 sums like the paper's complex64. Returns C_n (>= 1: the target's own pixel
+// holds the target).
+VECKM_HOST_DEVICE inline int32_t encode_naive_channel(
+    const float* pixel_embed, const int32_t* pixel_count, const float* window_phasor, int32_t x,
+    int32_t y, int64_t width, int64_t height, int64_t radius, int64_t d, int64_t k,
+    double time_units, float freq_t_k, float* out_re, float* out_im) {
+  const int64_t channels = 2 * d;
+  float re = 0.0f, im = 0.0f;
+  int32_t count = 0;
+  int64_t window = 0;
+  for (int64_t dy = -radius; dy <= radius; ++dy) {
+    for (int64_t dx = -radius; dx <= radius; ++dx, ++window) {
+      const int64_t pixel_x = x + dx, pixel_y = y + dy;
+      if (pixel_x < 0 || pixel_x >= width || pixel_y < 0 || pixel_y >= height) continue;
+      const int64_t pixel = pixel_y * width + pixel_x;
+      float embed_re = pixel_embed[pixel * channels + k];
+      float embed_im = pixel_embed[pixel * channels + d + k];
+      complex_multiply(&embed_re, &embed_im, window_phasor[window * channels + k],
+                       window_phasor[window * channels + d + k]);
+      re += embed_re;
+      im += embed_im;
+      count += pixel_count[pixel];
+    }
+  }
+  float cos_t, sin_t;
+  unit_phasor(time_phase(time_units, freq_t_k), &cos_t, &sin_t);
+  complex_multiply(&re, &im, cos_t, -sin_t);
+  const double scale = sqrt(static_cast<double>(d)) / static_cast<double>(count);
+  *out_re = static_cast<float>(re * scale);
+  *out_im = static_cast<float>(im * scale);
+  return count;
 }
 
 }  // namespace veckm_flow

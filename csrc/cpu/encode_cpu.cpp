@@ -12,8 +12,8 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// CPU kernel of the VecKM encoding op (schema and checks: ../veckm_encode.cpp; math:
-// ../veckm_math.h; the MLP op is in flow_mlp_cpu.cpp).
+// CPU kernel of the VecKM encoding op (schema and checks: ../encode.cpp; math:
+// ../encode_math.h, shared with the CUDA kernel).
 //
 // encode, in four passes (cost O(N D + M D + rows x W D), independent of the radius r):
 //  1. group the in-image events by pixel (two counting sorts, by x then y: O(N + W + H)):
@@ -45,9 +45,9 @@
 #include <cmath>
 #include <vector>
 
+#include "../encode_math.h"
+#include "../ops.h"
 #include "parallel.h"
-#include "veckm_encode.h"
-#include "veckm_math.h"
 
 // Hot loops are compiled twice, for AVX2+FMA and for the baseline ISA, and picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -562,13 +562,8 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   auto count = at::empty({m}, t_ns_in.options().dtype(at::kInt));
   if (m == 0) return {features, count};
 
-  const auto t_ns = t_ns_in.contiguous();
-  const auto x = coordinates_as_int32(x_in);
-  const auto y = coordinates_as_int32(y_in);
-  const auto target_index = target_index_in.contiguous();
-  const auto freq_t = freq_t_in.contiguous();
-  const auto freq_x = freq_x_in.contiguous();
-  const auto freq_y = freq_y_in.contiguous();
+  const auto [t_ns, x, y, target_index, freq_t, freq_x, freq_y] = contiguous_encode_tensors(
+      t_ns_in, x_in, y_in, target_index_in, freq_t_in, freq_x_in, freq_y_in);
   const int64_t* t_ptr = t_ns.data_ptr<int64_t>();
   const int32_t* x_ptr = x.data_ptr<int32_t>();
   const int32_t* y_ptr = y.data_ptr<int32_t>();

@@ -12,10 +12,10 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// CUDA kernels of the VecKM encoding ops (schemas and checks: ../veckm_encode.cpp; math:
-// ../veckm_math.h, shared with the CPU kernel).
+// CUDA kernel of the VecKM encoding op (schema and checks: ../encode.cpp; math:
+// ../encode_math.h, shared with the CPU kernel).
 //
-// Same decomposition and numerics as cpu/veckm_encode_cpu.cpp:
+// Same decomposition and numerics as cpu/encode_cpu.cpp:
 //  1. group in-image events by pixel (sort on the pixel id): slots;
 //  2. Q_slot[k] = sum_events exp(i time phase) * exp(i pixel phase)   (float, one thread per
 //     (slot, k));
@@ -34,8 +34,8 @@
 
 #include <cmath>
 
-#include "../veckm_encode.h"
-#include "../veckm_math.h"
+#include "../encode_math.h"
+#include "../ops.h"
 
 namespace veckm_flow {
 namespace {
@@ -259,24 +259,9 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   auto features = at::zeros({m, channels}, t_ns_in.options().dtype(at::kFloat));
   auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
   if (m == 0) return {features, count};
-  const auto target_index = target_index_in.contiguous();
-  TORCH_CHECK(n > 0, "target_index holds ", m, " targets but there are no events");
-  {
-    auto [lowest, highest] = at::aminmax(target_index);
-    const auto bounds = at::stack({lowest, highest}).cpu();  // one device sync
-    const int64_t lowest_index = bounds[0].item<int64_t>();
-    const int64_t highest_index = bounds[1].item<int64_t>();
-    TORCH_CHECK(lowest_index >= 0 && highest_index < n,
-                "target_index values must be event indices in [0, ", n, "), got [",
-                lowest_index, ", ", highest_index, "]");
-  }
-
-  const auto t_ns = t_ns_in.contiguous();
-  const auto x = coordinates_as_int32(x_in);
-  const auto y = coordinates_as_int32(y_in);
-  const auto freq_t = freq_t_in.contiguous();
-  const auto freq_x = freq_x_in.contiguous();
-  const auto freq_y = freq_y_in.contiguous();
+  const auto [t_ns, x, y, target_index, freq_t, freq_x, freq_y] = contiguous_encode_tensors(
+      t_ns_in, x_in, y_in, target_index_in, freq_t_in, freq_x_in, freq_y_in);
+  check_target_range(target_index, n);
   const double inv_tau_ns = 1e-9 / tau_s;
   const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
   const int64_t outside_key = width * height;
@@ -389,26 +374,9 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   return {features, count};
 }
 
-at::Tensor flow_mlp_cuda(const at::Tensor& features, const at::Tensor& w1, const at::Tensor& w2,
-                         const at::Tensor& w3, double flow_scale) {
-  check_flow_mlp_args(features, w1, w2, w3);
-  TORCH_CHECK(features.is_cuda(), "features must be a CUDA tensor for the CUDA kernel");
-  const c10::cuda::CUDAGuard device_guard(features.device());
-  if (features.size(0) == 0) return at::empty({0, 2}, features.options());
-  // ReLU fused into the GEMM epilogue (cuBLASLt) through a zero bias where torch supports it;
-  // otherwise torch falls back to addmm + relu: the same result.
-  const auto zero_bias = at::zeros({w1.size(1)}, features.options());
-  auto hidden = at::_addmm_activation(zero_bias, features, w1);
-  hidden = at::_addmm_activation(zero_bias, hidden, w2);
-  auto flow = at::mm(hidden, w3);
-  if (flow_scale != 1.0) flow.mul_(flow_scale);
-  return flow;
-}
-
 }  // namespace
 }  // namespace veckm_flow
 
 TORCH_LIBRARY_IMPL(veckm_flow, CUDA, m) {
   m.impl("encode", &veckm_flow::encode_cuda);
-  m.impl("flow_mlp", &veckm_flow::flow_mlp_cuda);
 }
