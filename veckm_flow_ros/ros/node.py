@@ -141,7 +141,8 @@ class VecKMFlowNode(Node):
         self.model = load_model(self.config['model'] or None)
         self.pipeline = FlowPipeline(self.model, self.config, publish=self._publish_flow,
                                      log=self._log,
-                                     clock_ns=lambda: self.get_clock().now().nanoseconds)
+                                     clock_ns=lambda: self.get_clock().now().nanoseconds,
+                                     alive=self.context.ok)
         self._frame_id = ''
         self._image_lock = threading.Lock()
         self._image_flows = collections.deque()

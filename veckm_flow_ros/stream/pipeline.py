@@ -177,18 +177,21 @@ class FlowPipeline:
 
     model: a loaded VecKMFlowModel; config: the parameters (stream.parameters.PARAMETERS
     names; checked with check_config); publish / log: callbacks; clock_ns: the time the
-    latency is measured against (ROS time in the node).
+    latency is measured against (ROS time in the node); alive: False once the owner is
+    shutting down (the node's ROS context), so that failures to publish then are no errors.
     """
 
     def __init__(self, model, config: dict, publish: PublishFunction,
                  log: LogFunction = lambda level, message: None,
-                 clock_ns: Callable[[], int] = time.time_ns):
+                 clock_ns: Callable[[], int] = time.time_ns,
+                 alive: Callable[[], bool] = lambda: True):
         check_config(model, config)
         self.model = model
         self.config = config
         self._publish = publish
         self._log = Throttle(log)
         self._clock_ns = clock_ns
+        self._alive = alive
         # block_ms 0: the model's own block (2 tau centred, tau causal).
         self.block_ms = (config['block_ms']
                          or 1e3 * automatic_block_s(model.tau_s, config['causal']))
@@ -239,7 +242,8 @@ class FlowPipeline:
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        """Return True once stop() was called or the owner is shutting down."""
+        return self._stop.is_set() or not self._alive()
 
     def stop(self, timeout_s: float = 5.0):
         """Stop the threads and the compute pool (idempotent)."""
@@ -302,7 +306,7 @@ class FlowPipeline:
             try:
                 self._decode_batch(packets, steps)
             except Exception as error:  # noqa: B902 - the thread must survive and say why
-                if self._stop.is_set():
+                if self.stopping:
                     return
                 self.stats.add(bad_packets=len(packets))
                 self._log('error', f'failed to decode {len(packets)} packet(s): '
@@ -382,7 +386,7 @@ class FlowPipeline:
         try:
             self._warm_up()
         except Exception as error:  # noqa: B902 - the first blocks are only slower
-            if self._stop.is_set():
+            if self.stopping:
                 return
             self._log('warning', f'warming up the compute threads failed (the first blocks '
                                  f'will be slower): {type(error).__name__}: {error}')
@@ -401,7 +405,7 @@ class FlowPipeline:
             except queue.Empty:
                 continue
             except Exception as error:  # noqa: B902 - a block computation failed
-                if self._stop.is_set():
+                if self.stopping:
                     return
                 self._estimate_failed(error, packets=0)
                 continue
@@ -410,7 +414,7 @@ class FlowPipeline:
                 self._estimate(batch.steps)
                 self._publish_computed(wait_s=0.0, everything=True)  # blocks done meanwhile
             except Exception as error:  # noqa: B902 - the thread must survive and say why
-                if self._stop.is_set():
+                if self.stopping:
                     return  # shutting down: publishing may fail
                 self._estimate_failed(error, batch.packets)
             finally:
