@@ -110,12 +110,7 @@ def event_times_ns(t: np.ndarray, where: str) -> Tuple[np.ndarray, str]:
     if t.ndim != 1:
         raise ValueError(f'{where}: t must be a 1-D array of event times, got shape {t.shape}')
     if np.issubdtype(t.dtype, np.floating):
-        finite = np.isfinite(t)
-        if not finite.all():
-            index = int(np.argmin(finite))
-            raise ValueError(f'{where}: t holds {int(np.count_nonzero(~finite))} NaN/Inf '
-                             f'values (the first at index {index}: {t[index]}); every event '
-                             'needs a finite time')
+        _check_finite(where, 't', t, 'a time')
         if len(t) and np.abs(t).max() > MAX_ABS_TIME_S:
             raise ValueError(f'{where}: t reaches {np.abs(t).max():g} s, beyond the int64 '
                              f'nanosecond range (|t| <= {MAX_ABS_TIME_S:g} s)')
@@ -172,16 +167,21 @@ def load_events(path) -> Tuple[EventArray, int, int, str]:
     return EventArray(t_ns, x, y, p), width, height, unit
 
 
+def _check_finite(where, name, values, needs):
+    """Raise ValueError naming the count and the first index of NaN/Inf in `values`."""
+    finite = np.isfinite(values)
+    if not finite.all():
+        index = int(np.argmin(finite))
+        raise ValueError(f'{where}: {name} holds {int(np.count_nonzero(~finite))} NaN/Inf '
+                         f'values (the first at index {index}); every event needs {needs}')
+
+
 def _pixels(path, name, values) -> np.ndarray:
     """Return pixel coordinates (integers or integer-valued floats) as uint16."""
     if not (np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)):
         raise ValueError(f'{path}: {name} has dtype {values.dtype}; expected integers')
     if np.issubdtype(values.dtype, np.floating):
-        finite = np.isfinite(values)
-        if not finite.all():
-            index = int(np.argmin(finite))
-            raise ValueError(f'{path}: {name} holds {int(np.count_nonzero(~finite))} NaN/Inf '
-                             f'values (the first at index {index}); every event needs a pixel')
+        _check_finite(path, name, values, 'a pixel')
     if len(values) and (values.min() < 0 or values.max() > MAX_SENSOR_SIDE - 1):
         raise ValueError(f'{path}: {name} must be pixel coordinates in [0, '
                          f'{MAX_SENSOR_SIDE - 1}], found [{values.min()}, {values.max()}]')
