@@ -64,8 +64,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError) as error:
-        # Expected user errors (bad path, bad bag, bad checkpoint): a message, not a traceback.
+    except (OSError, ValueError) as error:
+        # Expected user errors (bad path, bad bag, bad checkpoint, an output that cannot be
+        # written): a message, not a traceback.
         print(f'veckm-flow {args.command}: error: {error}', file=sys.stderr)
         return 1
 

@@ -37,7 +37,9 @@ def register(subparsers):
                     '(px/s), relative PEE and coverage, per sequence and overall.',
         formatter_class=HelpFormatter)
     parser.add_argument('sequences', nargs='+', metavar='SEQ',
-                        help='simulator .npz file or EVIMO2-style directory')
+                        help='simulator .npz file or EVIMO2-style directory; event times must '
+                             'be finite and sorted (unsorted times are refused, naming the '
+                             'first out-of-order event, never sorted)')
     parser.add_argument('--model', default=None,
                         help='model: shipped name, .npz checkpoint or published folder '
                              '(default: the shipped default model)')

@@ -15,13 +15,14 @@
 """
 veckm-flow predict: per-event normal flow for events stored in a .npz file.
 
-Input npz: t (float64 seconds or int64 ns, detected by dtype), x, y (integers), optional p,
-optional width and height (else max + 1). Output npz: idx (int64 input indices that got a
-flow), u, v (float32 px/s, x right, y down). Runs the streaming NormalFlowEstimator over the
-whole input (centred context), so results equal those of the node and of replay.
+Input npz: t (float64 seconds or int64 ns, detected by dtype; finite and in time order:
+unsorted times are refused, naming the first out-of-order event), x, y (integers), optional
+p, optional width and height (else max + 1). Output npz: idx (int64 input indices that got a
+flow), u, v (float32 px/s, x right, y down); events whose flow is NaN/Inf get none (counted).
+Runs the streaming NormalFlowEstimator over the whole input (centred context), so results
+equal those of the node and of replay.
 """
 
-import pathlib
 import sys
 
 import numpy as np
@@ -34,10 +35,11 @@ def register(subparsers):
         'predict', help='normal flow for events in a .npz file',
         description='Per-event normal flow for events in a .npz (t, x, y[, p, width, height]).')
     parser.add_argument('--events', required=True, metavar='IN.npz',
-                        help='input events: t (float64 s or int64 ns), x, y, optional p, width, '
-                             'height')
+                        help='input events: t (float64 s or int64 ns, finite, sorted by time: '
+                             'unsorted times are refused), x, y, optional p, width, height')
     parser.add_argument('--out', required=True, metavar='OUT.npz',
-                        help='output: idx (int64), u, v (float32 px/s)')
+                        help='output: idx (int64), u, v (float32 px/s); .npz is appended to a '
+                             'name without it')
     parser.add_argument('--model', default=None, metavar='PATH|NAME',
                         help='checkpoint .npz, published VecKM_flow_cpp folder or shipped model '
                              'name (default: the shipped default model)')
@@ -55,10 +57,13 @@ def run(args) -> int:
 
     from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
-    from veckm_flow_ros.eventio.npz import load_events
+    from veckm_flow_ros.eventio.npz import load_events, npz_path
     events, width, height, unit = load_events(args.events)
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
+    out = npz_path(args.out)  # the name np.savez writes
+    if out.is_dir():
+        raise ValueError(f'--out {out} is an existing directory; name a file')
     model = load_model(args.model)
     print(f'predict: {len(events)} events, t as {unit}, sensor {width}x{height}, '
           f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), '
@@ -75,7 +80,6 @@ def run(args) -> int:
             progress.update(len(chunk))
     blocks += estimator.flush()
     flows = FlowBlock.concatenate(blocks)
-    out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(out, idx=flows.event_index.astype(np.int64), u=flows.u_px_s, v=flows.v_px_s)
     dropped = {reason: count for reason, count in estimator.events_dropped.items() if count}

@@ -37,15 +37,18 @@ def register(subparsers):
     parser.add_argument('--storage', default='mcap', choices=('mcap', 'sqlite3'),
                         help='storage of --out')
     parser.add_argument('--npz', default=None, metavar='OUT.npz',
-                        help='write per-event flows (t_ns, x, y, u_px_s, v_px_s, ...)')
+                        help='write per-event flows (t_ns, x, y, u_px_s, v_px_s, ...); .npz '
+                             'is appended to a name without it')
     parser.add_argument('--video', default=None, metavar='OUT.mp4', help='write an mp4 video')
-    parser.add_argument('--png-dir', default=None, metavar='DIR', help='write PNG frames here')
+    parser.add_argument('--png-dir', default=None, metavar='DIR',
+                        help='write PNG frames to this directory (created when missing)')
     parser.add_argument('--stride', type=int, default=1, metavar='K',
                         help='estimate the flow of every K-th event (context uses all)')
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     parser.add_argument('--block-ms', type=float, default=0.0,
                         help="target block length [ms], as the node's block_ms (0: the "
-                             "model's, 2 tau centred)")
+                             "model's, 2 tau centred; centred blocks longer than 2 tau are "
+                             'refused, as by the node)')
     parser.add_argument('--causal', action='store_true',
                         help='use past context only (lower latency, lower accuracy)')
     parser.add_argument('--duration', type=float, default=None, metavar='SECONDS',

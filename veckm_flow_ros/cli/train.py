@@ -62,15 +62,18 @@ def run(args):
     import torch
 
     from veckm_flow_ros.core.estimator import automatic_block_s
+    from veckm_flow_ros.core.model import MAX_PIXEL_RADIUS, MAX_TAU_S, MIN_TAU_S
     from veckm_flow_ros.learning import train
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f'--threads must be >= 1, got {args.threads}')
         torch.set_num_threads(args.threads)
-    if not 1 <= args.pixel_radius <= 64:
-        raise ValueError(f'--pixel-radius must be in 1..64, got {args.pixel_radius}')
-    if not 0 < args.tau_ms <= 1000:
-        raise ValueError(f'--tau-ms must be in (0, 1000], got {args.tau_ms}')
+    if not 1 <= args.pixel_radius <= MAX_PIXEL_RADIUS:
+        raise ValueError(f'--pixel-radius must be in 1..{MAX_PIXEL_RADIUS}, got '
+                         f'{args.pixel_radius}')
+    if not MIN_TAU_S * 1e3 <= args.tau_ms <= MAX_TAU_S * 1e3:  # the model's bounds
+        raise ValueError(f'--tau-ms must be in [{MIN_TAU_S * 1e3:g}, {MAX_TAU_S * 1e3:g}] ms, '
+                         f'got {args.tau_ms}')
     overrides = dict(train.FULL_RECIPE) if args.recipe == 'full' else {}
     if not 0 <= args.block_ms <= 2 * args.tau_ms:
         raise ValueError(f'--block-ms must be in [0, 2 tau = {2 * args.tau_ms:g}] ms, got '

@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import math
 import os
+import threading
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Union
 
@@ -282,10 +283,12 @@ class NormalFlowEstimator:
         self.events_in = 0
         self.flows_out = 0
         # Counts of events that got no flow: outside the sensor, over max_buffered_events,
-        # buffered at a time reset, or late (older than a block already computed; they still
-        # serve as context).
+        # buffered at a time reset, late (older than a block already computed; they still
+        # serve as context), or whose flow came out NaN/Inf (a model overflowing float32).
         self.events_dropped: Dict[str, int] = {'outside_image': 0, 'buffer_full': 0,
-                                               'time_reset': 0, 'late': 0}
+                                               'time_reset': 0, 'late': 0,
+                                               'non_finite_flow': 0}
+        self._count_lock = threading.Lock()  # jobs of push_jobs count from several threads
         self.time_resets = 0
 
     # -- public API ------------------------------------------------------------------------
@@ -484,11 +487,26 @@ class NormalFlowEstimator:
         def job() -> FlowBlock:
             flow, confidence = self._encode_and_predict(context, target_in_context)
             flow = flow.cpu().numpy()
-            return FlowBlock(
-                u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
-                v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
-                confidence=None if confidence is None else confidence.cpu().numpy(), **about)
+            confidence = None if confidence is None else confidence.cpu().numpy()
+            return self._finite_block(flow, confidence, about)
         return job
+
+    def _finite_block(self, flow, confidence, about) -> FlowBlock:
+        """Build the FlowBlock, leaving out (and counting) flows that are NaN or Inf."""
+        finite = np.isfinite(flow).all(axis=1)
+        if confidence is not None:
+            finite &= np.isfinite(confidence)
+        if not finite.all():
+            invalid = int(np.count_nonzero(~finite))
+            with self._count_lock:
+                self.events_dropped['non_finite_flow'] += invalid
+            flow = flow[finite]
+            confidence = None if confidence is None else confidence[finite]
+            about = {name: value[finite] if isinstance(value, np.ndarray) else value
+                     for name, value in about.items()}
+        return FlowBlock(u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
+                         v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
+                         confidence=confidence, **about)
 
     def _encode_and_predict(self, context, targets: np.ndarray):
         """

@@ -39,6 +39,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
+from veckm_flow_ros.eventio.npz import npz_path, read_npz
+
 MODELS_DIR = pathlib.Path(__file__).resolve().parents[1] / 'models'
 # A text file in MODELS_DIR naming the default model; without it a lone shipped model is used.
 DEFAULT_MODEL_FILE = 'DEFAULT'
@@ -51,6 +53,10 @@ PUBLISHED_FOLDER_PATTERN = re.compile(
 # The published MLP predicts pixels per 1/60 s.
 PUBLISHED_FLOW_SCALE_PX_S = 60.0
 MAX_PIXEL_RADIUS = 64
+# tau bounds [s]: the automatic block (2 tau) must fit the estimator's longest block (1 s);
+# event-camera models use milliseconds (the shipped ones 12 and 16 ms).
+MIN_TAU_S = 1e-6
+MAX_TAU_S = 0.5
 
 
 class ModelError(ValueError):
@@ -111,17 +117,21 @@ class VecKMFlowModel:
     def validate(self):
         """Raise ModelError if shapes, values or parameters are inconsistent."""
         where = f'model {self.name!r}'
+        if 'path' in self.metadata:  # a loaded file: name it
+            where += f' ({self.metadata["path"]})'
         d = self.num_features
         if not isinstance(d, (int, np.integer)) or d <= 0:
             raise ModelError(f'{where}: num_features must be a positive integer, got {d!r}')
         if (not isinstance(self.pixel_radius, (int, np.integer))
+                or isinstance(self.pixel_radius, bool)
                 or not 1 <= self.pixel_radius <= MAX_PIXEL_RADIUS):
             raise ModelError(f'{where}: pixel_radius must be an integer in [1, '
                              f'{MAX_PIXEL_RADIUS}], got {self.pixel_radius!r}')
-        if not (isinstance(self.tau_s, (int, float)) and math.isfinite(self.tau_s)
-                and 0.0 < self.tau_s <= 10.0):
-            raise ModelError(f'{where}: tau_s must be a time in seconds in (0, 10], '
-                             f'got {self.tau_s!r}')
+        if not (isinstance(self.tau_s, (int, float)) and not isinstance(self.tau_s, bool)
+                and math.isfinite(self.tau_s) and MIN_TAU_S <= self.tau_s <= MAX_TAU_S):
+            raise ModelError(f'{where}: tau_s must be a time in seconds in [{MIN_TAU_S:g}, '
+                             f'{MAX_TAU_S:g}] (tau = {MIN_TAU_S * 1e3:g} to '
+                             f'{MAX_TAU_S * 1e3:g} ms), got {self.tau_s!r}')
         if not (isinstance(self.flow_scale_px_s, (int, float))
                 and math.isfinite(self.flow_scale_px_s) and self.flow_scale_px_s > 0):
             raise ModelError(f'{where}: flow_scale_px_s must be a positive number, '
@@ -324,9 +334,7 @@ def save_model(model: VecKMFlowModel, path: Union[str, os.PathLike]) -> pathlib.
     Returns the path written (`.npz` appended when missing).
     """
     model.validate()
-    path = pathlib.Path(path)
-    if path.suffix != '.npz':
-        path = path.with_name(path.name + '.npz')
+    path = npz_path(path)
     config = {
         'format': CHECKPOINT_FORMAT,
         'version': CHECKPOINT_VERSION,
@@ -350,10 +358,9 @@ def save_model(model: VecKMFlowModel, path: Union[str, os.PathLike]) -> pathlib.
 
 def _load_checkpoint(path: pathlib.Path) -> VecKMFlowModel:
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            contents = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as error:
-        raise ModelError(f'{path}: not a readable .npz checkpoint ({error})') from None
+        contents = read_npz(path, 'model checkpoint')
+    except ValueError as error:
+        raise ModelError(str(error)) from None
     names = ('config', 'freq_t', 'freq_x', 'freq_y', 'w1', 'w2', 'w3')
     missing = [name for name in names if name not in contents]
     if missing:

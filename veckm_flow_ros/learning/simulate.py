@@ -625,19 +625,25 @@ def save_npz(sequence, path):
 
 
 def load_npz(path):
-    """Read a file written by save_npz; returns a SimulatedSequence."""
-    with np.load(path, allow_pickle=False) as data:
-        missing = {'t', 'x', 'y', 'p', 'gt_u', 'gt_v', 'width', 'height'} - set(data.files)
-        if missing:
-            raise ValueError(f'{path} is not a simulated sequence: missing {sorted(missing)}')
-        n = len(data['t'])
-        is_noise = data['is_noise'] if 'is_noise' in data.files else np.zeros(n, bool)
-        description = json.loads(str(data['description'])) if 'description' in data.files \
-            else {}
-        return SimulatedSequence(
-            EventArray(data['t'], data['x'], data['y'], data['p']),
-            np.stack([data['gt_u'], data['gt_v']], 1).astype(np.float32),
-            is_noise.astype(bool), int(data['width']), int(data['height']), description)
+    """
+    Read a file written by save_npz; returns a SimulatedSequence.
+
+    Times follow eventio.npz.event_times_ns (finite, in time order: unsorted files are
+    refused, as EVIMO2 directories are); a damaged file gives a ValueError naming it.
+    """
+    from veckm_flow_ros.eventio.npz import event_times_ns, read_npz
+    data = read_npz(path, 'simulated sequence')
+    missing = {'t', 'x', 'y', 'p', 'gt_u', 'gt_v', 'width', 'height'} - set(data)
+    if missing:
+        raise ValueError(f'{path} is not a simulated sequence: missing {sorted(missing)}')
+    t_ns, _ = event_times_ns(data['t'], str(path))
+    n = len(t_ns)
+    is_noise = data['is_noise'] if 'is_noise' in data else np.zeros(n, bool)
+    description = json.loads(str(data['description'])) if 'description' in data else {}
+    return SimulatedSequence(
+        EventArray(t_ns, data['x'], data['y'], data['p']),
+        np.stack([data['gt_u'], data['gt_v']], 1).astype(np.float32),
+        is_noise.astype(bool), int(data['width']), int(data['height']), description)
 
 
 def _json_default(value):

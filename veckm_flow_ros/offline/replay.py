@@ -43,8 +43,10 @@ import numpy as np
 
 from veckm_flow_ros.eventio.events import EventArray
 from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
+from veckm_flow_ros.eventio.npz import npz_path
 from veckm_flow_ros.offline import visualize
 from veckm_flow_ros.stream.frontend import Events, InputPacket, Reset, Resize, StreamFrontEnd
+from veckm_flow_ros.stream.pipeline import check_config
 
 PathLike = Union[str, os.PathLike]
 
@@ -61,7 +63,8 @@ class ReplayOptions:
     How to replay.
 
     topic: the event topic (None: the bag's only event topic); device: 'cpu' or 'cuda';
-    block_s, causal, target_stride: as the node's parameters (block_s None: automatic,
+    block_s, causal, target_stride: as the node's parameters, checked by the node's rule
+    (stream.pipeline.check_config: centred blocks at most 2 tau; block_s None: automatic,
     estimator.automatic_block_s); confidence: per-flow
     confidence (rotation ensemble, ~4x the cost) in the npz and the bag's PointCloud2;
     rotation_mean: flows are the rotation ensemble's mean (node's rotation_mean_flow);
@@ -87,7 +90,11 @@ class ReplayOptions:
 
 @dataclass
 class ReplayOutputs:
-    """Files to write; each None = not written. png_dir holds frame_000000.png, ..."""
+    """
+    Files to write; each None = not written. png_dir holds frame_000000.png, ...
+
+    npz: numpy appends .npz to a name without it; the summary names the file written.
+    """
 
     bag: Optional[PathLike] = None
     npz: Optional[PathLike] = None
@@ -117,6 +124,7 @@ class ReplaySummary:
     cpu_s: float = 0.0
     bad_messages: int = 0
     decode_problems: int = 0
+    non_finite_flows: int = 0
     frames: int = 0
     speed_percentiles_px_s: dict = field(default_factory=dict)
     written: List[str] = field(default_factory=list)
@@ -157,6 +165,9 @@ class ReplaySummary:
         if self.bad_messages or self.decode_problems:
             rows.append(('input problems', f'{self.bad_messages} undecodable messages, '
                                            f'{self.decode_problems} decode problems'))
+        if self.non_finite_flows:
+            rows.append(('flows left out', f'{self.non_finite_flows:,} NaN/Inf (the model '
+                                           'overflows float32: check its weights)'))
         for path in self.written:
             rows.append(('wrote', path))
         return rows
@@ -411,8 +422,10 @@ def replay_bag(path: PathLike, model, options: ReplayOptions = None,
     Replay the bag at `path` through NormalFlowEstimator(model) and write `outputs`.
 
     model: a VecKMFlowModel (see model.load_model). Returns a ReplaySummary. Raises
-    FileNotFoundError for a missing bag and ValueError (one line, naming the bag) for a bag
-    that cannot be read, a wrong topic, or an output that already exists.
+    FileNotFoundError for a missing bag and ValueError (one line, naming the bag or the value)
+    for options the node would refuse (a centred block longer than 2 tau), a bag that cannot
+    be read, a wrong topic, an output that already exists or an output path that cannot be
+    created.
     """
     from veckm_flow_ros.eventio.bag import EventBag
     options = options or ReplayOptions()
@@ -448,21 +461,33 @@ class _ReplayRun:
         self._speeds = []
         self._t_stop_ns = None
         self._done = False
+        self.npz_path = None if outputs.npz is None else npz_path(outputs.npz)
+        self._check_options()
         self._check_outputs()
+
+    def _check_options(self):
+        """Refuse what the node refuses (one rule: stream.pipeline.check_config)."""
+        options = self.options
+        block_ms = round((options.block_s or 0.0) * 1e3, 9)  # no ulp above 2 tau from s -> ms
+        check_config(self.model, {'device': options.device, 'pixel_radius': 0, 'tau_ms': 0.0,
+                                  'block_ms': block_ms, 'causal': options.causal,
+                                  'model': self.model.name})
 
     def _check_outputs(self):
         outputs = self.outputs
-        for name in ('npz', 'video'):
-            path = getattr(outputs, name)
-            if path is not None and not pathlib.Path(path).parent.exists():
-                pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+        for what, path in (('npz output', self.npz_path), ('video output', outputs.video),
+                           ('output bag', outputs.bag)):
+            if path is not None:
+                _make_directory(pathlib.Path(path).parent, f'the folder of the {what}')
+        for what, path in (('npz output', self.npz_path), ('video output', outputs.video)):
+            if path is not None and pathlib.Path(path).is_dir():
+                raise ValueError(f'the {what} {path} is an existing directory; name a file')
+        if outputs.png_dir is not None:
+            _make_directory(pathlib.Path(outputs.png_dir), 'the PNG frame directory')
         if outputs.bag is not None:
-            pathlib.Path(outputs.bag).parent.mkdir(parents=True, exist_ok=True)
             self.bag_out = FlowBagOutput(outputs.bag, outputs.bag_storage)
         if outputs.video is not None:
             self.video = VideoOutput(outputs.video, self.options.frame_rate_hz)
-        if outputs.png_dir is not None:
-            pathlib.Path(outputs.png_dir).mkdir(parents=True, exist_ok=True)
 
     def consume(self, messages, total):
         progress = _progress_bar(total, self.options.progress)
@@ -543,6 +568,7 @@ class _ReplayRun:
 
     def _new_estimator(self, width, height):
         from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
+        self._count_non_finite()
         options = self.options
         return NormalFlowEstimator(
             self.model, width, height, device=options.device,
@@ -577,17 +603,23 @@ class _ReplayRun:
             cv2.imwrite(str(pathlib.Path(self.outputs.png_dir) / f'frame_{index:06d}.png'),
                         panel)
 
+    def _count_non_finite(self):
+        """Add the flows the current estimator left out as NaN/Inf to the summary."""
+        if self.estimator is not None:
+            self.summary.non_finite_flows += self.estimator.events_dropped['non_finite_flow']
+
     def finish(self):
         start = time.perf_counter()
         cpu_start = time.process_time()
+        self._count_non_finite()
         if self.painter is not None:
             self.painter.finish(self.summary.t_last_ns)
             self.summary.frames = self.painter.frames
         speeds = np.concatenate(self._speeds) if self._speeds else np.empty(0)
         self.summary.speed_percentiles_px_s = _speed_percentiles(speeds, np.zeros_like(speeds))
-        if self.outputs.npz is not None:
-            self.collector.save(self.outputs.npz, self.summary.width, self.summary.height)
-            self.summary.written.append(str(self.outputs.npz))
+        if self.npz_path is not None:
+            self.collector.save(self.npz_path, self.summary.width, self.summary.height)
+            self.summary.written.append(str(self.npz_path))
         self.summary.wall_s += time.perf_counter() - start
         self.summary.cpu_s += time.process_time() - cpu_start
 
@@ -605,6 +637,17 @@ class _ReplayRun:
         if self.outputs.png_dir is not None and self.summary.frames:
             self.summary.written.append(f'{self.outputs.png_dir}/frame_*.png '
                                         f'({self.summary.frames} frames)')
+
+
+def _make_directory(path: pathlib.Path, what: str):
+    """Create directory `path` (and its parents) or raise ValueError saying why not."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f'{what} {path} is an existing file, not a directory; choose another '
+                         'path')
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f'cannot create {what} {path}: {error.strerror or error}') from None
 
 
 def _si(value: float) -> str:

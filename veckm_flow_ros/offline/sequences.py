@@ -32,6 +32,10 @@ Two layouts are accepted; both load into a `simulate.SimulatedSequence` (events,
                                                                   size is max(x)+1, max(y)+1]
 
    (EVIMO2 itself ships per-frame flow; resample it per event into dataset_events_flow.npy.)
+
+Both layouts follow one rule for event times (eventio.npz.event_times_ns): finite, and in
+time order -- a file with unsorted times is refused, naming the first out-of-order event,
+never sorted silently (the ground truth and the events must stay paired as written).
 """
 
 import json
@@ -42,6 +46,7 @@ from typing import Union
 import numpy as np
 
 from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.eventio.npz import event_times_ns, read_npy
 
 PathLike = Union[str, os.PathLike]
 
@@ -69,17 +74,15 @@ def load_sequence(path: PathLike):
         from veckm_flow_ros.learning.simulate import load_npz
         try:
             return load_npz(path)
-        except (OSError, KeyError, EOFError, ValueError) as error:
-            raise ValueError(f'cannot read simulator sequence {path}: {error}') from None
+        except (KeyError, TypeError, ValueError) as error:
+            message = str(error) if str(path) in str(error) else f'{path}: {error}'
+            raise ValueError(f'cannot read simulator sequence {message}') from None
     raise ValueError(f'{path}: not a sequence; expected a simulator .npz or a directory with '
                      f'{EVIMO2_FILES["t"]}, {EVIMO2_FILES["xy"]} and {EVIMO2_FILES["flow"]}')
 
 
 def _load_array(path: pathlib.Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
-        raise ValueError(f'cannot read {path}: {error}') from None
+    return read_npy(path, 'EVIMO2-style array')
 
 
 def load_evimo2_directory(directory: PathLike):
@@ -105,15 +108,7 @@ def load_evimo2_directory(directory: PathLike):
     p = _load_array(p_path).reshape(-1) if p_path.is_file() else np.ones(n, np.uint8)
     if len(p) != n:
         raise ValueError(f'{p_path} holds {len(p)} values; expected {n}')
-    if np.issubdtype(t.dtype, np.floating):
-        t_ns = np.rint(t.astype(np.float64) * 1e9).astype(np.int64)
-    elif np.issubdtype(t.dtype, np.integer):
-        t_ns = t.astype(np.int64)
-    else:
-        raise ValueError(f'{directory / EVIMO2_FILES["t"]} has dtype {t.dtype}; expected float '
-                         'seconds or integer nanoseconds')
-    if n and np.any(np.diff(t_ns) < 0):
-        raise ValueError(f'{directory / EVIMO2_FILES["t"]}: event times are not sorted')
+    t_ns, _ = event_times_ns(t, str(directory / EVIMO2_FILES['t']))
     if not np.issubdtype(xy.dtype, np.integer):
         if not np.all(np.isfinite(xy)) or np.any(xy != np.round(xy)):
             raise ValueError(f'{directory / EVIMO2_FILES["xy"]} must hold integer pixels')
