@@ -343,10 +343,10 @@ def test_shipped_model_on_a_moving_edge(model):
     """
     The shipped default model on the issue's straight-edge check (ideal edges, 12 cases).
 
-    Measured (veckm_r10_tau12ms, 800-sequence recipe): on these 12 cases direction error mean
-    5.2 deg, max 10.3 deg, |flow| / v 0.77-1.20 (median 1.08): the issue's per-case bounds
-    (15 deg, 25 %) hold. Over 8 directions x 3 speeds: max 14.9 deg, |flow| / v 0.93-1.31,
-    3 of 24 cases 25-31 % too fast. The magnitude bound below leaves that margin.
+    Measured (veckm_r10_tau12ms as shipped, CPU, 2026-11-26): on these 12 cases direction
+    error mean 4.2 deg, max 6.5 deg, |flow| / v 1.00-1.27 (median 1.20). Over 8 directions x 3
+    speeds: mean 3.1 deg, max 6.6 deg, |flow| / v 0.99-1.29 (median 1.23), 7 of 24 cases
+    25-29 % too fast. The magnitude bound below leaves that margin.
     """
     cases = edge_case_errors(model)
     for speed, angle, ratio, error in cases:

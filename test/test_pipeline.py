@@ -41,10 +41,12 @@ class Published:
 
     def __init__(self):
         self.blocks = []
+        self.points = []  # the structured points of each block
         self.logs = []
 
     def publish(self, points, stamp_ns, frame_id):
         self.blocks.append((points.tobytes(), int(stamp_ns), frame_id))
+        self.points.append(points.copy())
 
     def log(self, level, message):
         self.logs.append((level, message))
@@ -216,7 +218,9 @@ def _run_threads(pipeline, packets, timeout_s=30.0):
         for packet in packets:
             pipeline.put(packet)
         deadline = time.monotonic() + timeout_s
-        while (pipeline.stats.totals['handled_packets'] < len(packets)
+        totals = pipeline.stats.totals
+        # Packets dropped by age (max_queue_delay_ms) are never handled.
+        while (totals['handled_packets'] + totals['dropped_packets'] < len(packets)
                and time.monotonic() < deadline):
             time.sleep(0.01)
     finally:
@@ -285,3 +289,200 @@ def test_blocks_run_with_their_threads_torch_thread_count(model, monkeypatch):
 
 def test_the_pipeline_imports_no_ros():
     assert 'rclpy' not in sys.modules or 'test_node' in ' '.join(sys.modules)
+
+
+# ------------------------------------------------------------------------------------------
+# Each node parameter changes what the pipeline does (test_node checks that the node hands
+# every parameter to the pipeline). The moving edges have known flow (scenes.EDGES).
+
+
+def _run(model, packets=None, **parameters):
+    """Process packets synchronously (one compute thread); return (pipeline, Published)."""
+    published = Published()
+    parameters.setdefault('compute_threads', 1)
+    pipeline = make_pipeline(model, published, **parameters)
+    pipeline.process(evt3_packets() if packets is None else packets)
+    return pipeline, published
+
+
+def _all_points(published):
+    return np.concatenate(published.points)
+
+
+def _positive_fraction(points):
+    """%Pos / 100 of flows against the moving edges' ground truth (by image quadrant)."""
+    from scenes import EDGES
+    index = (points['x'] >= 320).astype(int) + 2 * (points['y'] >= 240).astype(int)
+    truth = np.array([[s * np.cos(a), s * np.sin(a)] for _, _, a, s in EDGES])[index]
+    return float(np.mean(points['u'] * truth[:, 0] + points['v'] * truth[:, 1] > 0))
+
+
+@pytest.fixture(scope='module')
+def default_run(model):
+    """Return the default parameters' output, for the parameters to differ from."""
+    return _run(model)
+
+
+def _ros_times_ns(published):
+    return np.concatenate([stamp + np.round(points['t'].astype(np.float64) * 1e9)
+                           for (_, stamp, _), points in zip(published.blocks, published.points)])
+
+
+def test_causal_uses_past_context_and_publishes_sooner(model, default_run):
+    centred_pipeline, centred = default_run
+    causal_pipeline, causal = _run(model, causal=True)
+    tau_ms = model.tau_s * 1e3
+    assert centred_pipeline.block_ms == pytest.approx(2 * tau_ms)
+    assert causal_pipeline.block_ms == pytest.approx(tau_ms)
+    # Without future context a flow is ready as soon as its block is: the same input gives
+    # flows for events that the centred estimator still holds back (tau of future context).
+    assert _ros_times_ns(causal).max() > _ros_times_ns(centred).max() + 0.5 * tau_ms * 1e6
+    assert causal.blocks != centred.blocks
+    assert _positive_fraction(_all_points(causal)) > 0.85  # still the right direction
+
+
+def test_max_flows_per_block_caps_every_block(model, default_run):
+    _, published = default_run
+    assert max(len(points) for points in published.points) > 300
+    _, capped = _run(model, max_flows_per_block=300)
+    sizes = [len(points) for points in capped.points]
+    assert max(sizes) == 300 and len(sizes) == len(published.points)
+
+
+def test_max_buffered_events_bounds_the_estimators_window(model):
+    """Packets one by one (as streamed): a window smaller than a block's context cuts it."""
+    outputs = []
+    for bound in (4_000_000, 1000):
+        published = Published()
+        pipeline = make_pipeline(model, published, compute_threads=1,
+                                 max_buffered_events=bound)
+        for packet in evt3_packets():
+            pipeline.process([packet])
+            assert len(pipeline.estimator._events) <= bound
+        outputs.append((pipeline.estimator_drops(), published))
+    (unbounded_drops, unbounded), (bounded_drops, bounded) = outputs
+    assert unbounded_drops == 0 and bounded_drops > 0
+    assert bounded.blocks != unbounded.blocks
+
+
+def test_rotation_mean_flow_changes_the_flows_not_the_points(model, default_run):
+    _, plain = default_run
+    _, mean = _run(model, rotation_mean_flow=True)
+    plain_points, mean_points = _all_points(plain), _all_points(mean)
+    for name in ('x', 'y', 't'):
+        np.testing.assert_array_equal(mean_points[name], plain_points[name])
+    assert np.mean(mean_points['u'] != plain_points['u']) > 0.5
+    assert _positive_fraction(mean_points) > 0.9
+    assert mean_points.dtype.names == plain_points.dtype.names  # no confidence field
+
+
+def test_publish_confidence_adds_the_field(model, default_run):
+    _, plain = default_run
+    _, with_confidence = _run(model, publish_confidence=True)
+    points = _all_points(with_confidence)
+    assert 'confidence' not in plain.points[0].dtype.names
+    assert points.dtype.names == ('x', 'y', 't', 'u', 'v', 'confidence')
+    assert np.all((points['confidence'] >= 0) & (points['confidence'] <= 1))
+    np.testing.assert_array_equal(points['u'], _all_points(plain)['u'])
+
+
+def test_target_stride_computes_every_kth_event(model, default_run):
+    pipeline, full = default_run
+    _, strided = _run(model, target_stride=4)
+    assert len(_all_points(strided)) == pytest.approx(len(_all_points(full)) / 4, rel=0.05)
+    assert pipeline.stats.totals['events'] > 0
+
+
+def test_block_ms_sets_the_published_block_length(model):
+    for block_ms in (2.5, 10.0):
+        pipeline, published = _run(model, block_ms=block_ms)
+        assert pipeline.estimator.block_ns == round(block_ms * 1e6)
+        spans_ms = [-1e3 * points['t'].min() for points in published.points]
+        assert max(spans_ms) <= block_ms
+        # 0.12 s of input minus the tail waiting for its future context (tau).
+        expected = (120 - 1e3 * model.tau_s) / block_ms
+        assert expected - 3 <= len(published.blocks) <= expected + 2, block_ms
+
+
+def test_model_choice_reaches_the_estimator(default_run):
+    from veckm_flow_ros.core.model import load_model
+    other = load_model('veckm_r8_tau16ms')
+    pipeline, published = _run(other)
+    assert pipeline.block_ms == pytest.approx(32.0)  # its own 2 tau
+    assert pipeline.estimator.model is other
+    assert published.blocks != default_run[1].blocks
+    assert _positive_fraction(_all_points(published)) > 0.9
+
+
+def test_pixel_radius_and_tau_ms_must_match_the_model(model):
+    assert (model.pixel_radius, model.tau_s) == (10, 0.012)
+    for good in ({'pixel_radius': 10}, {'tau_ms': 12.0}, {'pixel_radius': 0, 'tau_ms': 0.0}):
+        check_config(model, default_config(**good))
+    with pytest.raises(ConfigurationError, match='pixel_radius is 8 px.*r = 10 px'):
+        check_config(model, default_config(pixel_radius=8))
+    with pytest.raises(ConfigurationError, match='tau_ms is 16 ms.*tau = 12 ms'):
+        check_config(model, default_config(tau_ms=16.0))
+
+
+def test_device_cpu_or_a_clear_error_for_cuda(model):
+    import torch
+    pipeline, _ = _run(model, device='cpu', packets=evt3_packets(duration_s=0.03))
+    assert str(pipeline.estimator.device) == 'cpu'
+    if torch.cuda.is_available():
+        cpu = _all_points(_run(model)[1])
+        cuda = _all_points(_run(model, device='cuda')[1])
+        np.testing.assert_array_equal(cuda['x'], cpu['x'])
+        np.testing.assert_allclose(cuda['u'], cpu['u'], atol=0.05 * np.abs(cpu['u']).max())
+    else:
+        with pytest.raises(ConfigurationError, match='device is cuda but torch sees no CUDA'):
+            check_config(model, default_config(device='cuda'))
+
+
+def test_compute_and_torch_threads(model):
+    assert compute_threads(default_config(compute_threads=3, torch_threads=1)) == (3, 1)
+    assert compute_threads(default_config(compute_threads=2, device='cuda'))[0] == 1
+    published = Published()
+    pipeline = make_pipeline(model, published, compute_threads=2, torch_threads=1)
+    assert pipeline.compute_threads == 2 and pipeline._inline_threads == 1
+    pipeline.start()
+    try:
+        assert pipeline.warmed_up.wait(30.0)
+        assert sorted(count for _, count in pipeline.warmed_up_threads) == [1, 1, 1]
+        assert len(pipeline.warmed_up_threads) == 3
+    finally:
+        pipeline.stop()
+    single = make_pipeline(model, published, compute_threads=1)
+    assert single.compute_threads == 1 and single._compute_pool is None
+
+
+def test_max_queued_events_bounds_the_queue(model):
+    packets = evt3_packets(duration_s=0.05)  # ~200 estimated events per 1 ms packet
+    for capacity, drops in ((1000, True), (10_000_000, False)):
+        published = Published()
+        pipeline = make_pipeline(model, published, max_queued_events=capacity)
+        for packet in packets:  # the threads are not started: the queue only fills
+            pipeline.put(packet)
+        assert pipeline.queue.queued_events <= capacity
+        assert (pipeline.stats.totals['dropped_packets'] > 0) == drops, capacity
+
+
+def test_max_queue_delay_ms_drops_packets_that_waited(model):
+    import dataclasses
+    packets = evt3_packets(duration_s=0.03)
+    for delay_ms, dropped in ((200.0, len(packets)), (0.0, 0)):
+        published = Published()
+        pipeline = make_pipeline(model, published, max_queue_delay_ms=delay_ms)
+        old_s = time.monotonic() - 1.0  # received 1 s ago: older than 200 ms
+        for packet in packets:
+            pipeline.put(dataclasses.replace(packet, received_s=old_s))
+        totals = pipeline.stats.totals
+        pipeline.start()
+        try:
+            deadline = time.monotonic() + 30
+            while (totals['handled_packets'] + totals['dropped_packets'] < len(packets)
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+        finally:
+            pipeline.stop()
+        assert totals['dropped_packets'] == dropped, delay_ms
+        assert bool(published.blocks) == (dropped == 0)
