@@ -94,14 +94,14 @@ def test_predict_options_and_float_seconds(model, scene, tmp_path, capsys):
 
 @pytest.mark.parametrize('case, message', [
     ('missing', 'events file .*missing.npz does not exist'),
-    ('not_npz', 'not_npz.npz: not a readable .npz'),
+    ('not_npz', r'not_npz.npz: not a readable events file: not a .npz'),
     ('no_y', r"missing arrays \['y'\] \(needs t, x, y\)"),
-    ('lengths', r't, x, y differ in length \(5, 5, 4\)'),
-    ('nan_t', 't holds NaN/Inf values'),
-    ('text_t', 't has dtype <U1; expected float64 s or int64 ns'),
+    ('lengths', r"the event arrays differ in length \({'t': 5, 'x': 5, 'y': 4}\)"),
+    ('nan_t', r't holds 1 NaN/Inf values \(the first at index 1\)'),
+    ('text_t', 't has dtype <U1; expected float seconds or integer nanoseconds'),
     ('text_x', 'x has dtype <U1; expected integers'),
     ('negative_x', r'x must be pixel coordinates in \[0, 65535\], found \[-1, 3\]'),
-    ('unsorted', 't is not sorted in time; sort the events first'),
+    ('unsorted', r't is not in time order: event 1 \(3000000 ns\) is older than event 0'),
     ('stride', '--stride must be >= 1, got 0'),
     ('model', 'no_such_model'),
 ])
