@@ -50,7 +50,7 @@ MAX_JUMP_NS = 500_000_000
 UINT32, UINT64 = (1 << 32) - 1, (1 << 64) - 1
 FAST = settings(max_examples=100, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
-FAST_PIPELINE = settings(max_examples=6, deadline=None, database=None,
+FAST_PIPELINE = settings(max_examples=20, deadline=None, database=None,
                          suppress_health_check=list(HealthCheck))
 
 
