@@ -26,6 +26,7 @@ import weakref
 
 import numpy as np
 from scenes import moving_edges
+import test_pipeline
 
 from veckm_flow_ros.eventio.packets import encode_packets
 from veckm_flow_ros.stream.frontend import Events, InputPacket, Reset, Resize, StreamFrontEnd
@@ -37,19 +38,12 @@ HOURS_3_NS = 3 * 3600 * 1_000_000_000
 MAX_JUMP_NS = 500_000_000  # time_sync_max_jump_ms by default
 
 
-class Published:
-    """Collects what the pipeline publishes and logs."""
-
-    def __init__(self):
-        self.blocks = []
-        self.logs = []
+class Published(test_pipeline.Published):
+    """Collects what the pipeline publishes and logs; no NaN or Inf flow passes."""
 
     def publish(self, points, stamp_ns, frame_id):
-        self.blocks.append((points.tobytes(), int(stamp_ns), frame_id))
         assert np.isfinite(points['u']).all() and np.isfinite(points['v']).all()
-
-    def log(self, level, message):
-        self.logs.append((level, message))
+        super().publish(points, stamp_ns, frame_id)
 
     def messages(self, text):
         return [message for _, message in self.logs if text in message]

@@ -202,11 +202,11 @@ class StreamFrontEnd:
         except Exception as error:  # noqa: B902 - one bad packet must not cost the others
             # Whatever failed (a header field of the wrong type, an overflow), the packet is
             # skipped and the stream starts afresh: the decoder state may be half updated.
+            # Steps already made (held packets released) are complete and kept.
             self.bad_packets += 1
             self.log('warning', f'dropping packet seq {getattr(packet, "seq", "?")}: '
                                 f'{type(error).__name__}: {error} ({self.bad_packets} bad '
                                 'packets so far)')
-            steps = [step for step in steps if not isinstance(step, Events)]
             steps.append(self.reset(f'{type(error).__name__} while decoding'))
         return steps
 

@@ -79,11 +79,13 @@ PARAMETERS = (
                   'max_sensor_width_px).', (1, 65535), read_only=True),
     ParameterSpec('time_sync_max_jump_ms', 500.0, 'A packet whose sensor time disagrees with '
                   'its header stamp by more than this against the sensor -> ROS offset so far '
-                  '[ms] is a clock jump (corrupt time words, a sensor or host clock that '
-                  'jumped): the offset is re-synchronised instead of blended, the estimator '
-                  'restarts, and it is counted; events further than this from the median time '
-                  'of their packet are dropped. Stamps stay within about this of the input '
-                  'header stamps.', (1.0, 3_600_000.0), read_only=True),
+                  '[ms] is off the clock (corrupt time words, a sensor or host clock that '
+                  'jumped): alone it is dropped; when the next packet follows it, the offset '
+                  'is re-synchronised (not blended), the estimator restarts and the jump is '
+                  'counted. Events further than this from the median time of their packet are '
+                  'dropped. Stamps stay within about this of the input header stamps (the '
+                  'offset of clean recordings moves < 10 ms).', (1.0, 3_600_000.0),
+                  read_only=True),
     ParameterSpec('torch_threads', 0, 'Torch intra-op threads per block computation; 0 = '
                   'automatic (the CPU cores / compute_threads; all cores for a block computed '
                   'while the node keeps up).', (0, 256), read_only=True),
