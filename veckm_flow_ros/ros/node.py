@@ -312,6 +312,8 @@ class VecKMFlowNode(Node):
         message = 'ok'
         if period['dropped_packets'] or period['bad_packets'] or period['failed_blocks']:
             level, message = DiagnosticStatus.WARN, 'dropping input (over capacity or bad)'
+        elif period['time_sync_jumps'] or period['implausible_stamps']:
+            level, message = DiagnosticStatus.WARN, 'sensor clock jumped (re-synchronised)'
         elif period['missed_packets']:
             level, message = DiagnosticStatus.WARN, 'sequence gaps in the input'
         elif period['packets'] == 0:
