@@ -116,7 +116,8 @@ def test_front_end_restarts_resyncs_and_announces_the_size():
     assert [type(step) for step in steps] == [Reset, Events] and front_end.resets == 1
     assert 'header stamp or seq went back' in steps[0].reason
     # Sensor time going back by more than the tolerance while stamps and seq go on (a
-    # driver that restarted its camera): a Reset after decoding, the events kept.
+    # driver that restarted its camera): once the next packet confirms the new clock (a lone
+    # packet back would be a corrupt time), a Reset and both packets' events.
     events, _, _ = moving_edges(duration_s=0.3)
     mono = encode_packets(events, 'mono', packet_duration_ns=10_000_000)
     mono_end = StreamFrontEnd()
@@ -124,17 +125,19 @@ def test_front_end_restarts_resyncs_and_announces_the_size():
         mono_end.feed(InputPacket('mono', packet.data, packet.time_base, 640, 480, seq,
                                   seq * 10_000_000, 'camera'))
     assert mono[24].first_t_ns - mono[0].first_t_ns > RESTART_TOLERANCE_NS
-    steps = mono_end.feed(InputPacket('mono', mono[0].data, mono[0].time_base, 640, 480, 25,
-                                      250_000_000, 'camera'))
-    assert [type(step) for step in steps] == [Reset, Events] and mono_end.resets == 1
+    assert mono_end.feed(InputPacket('mono', mono[0].data, mono[0].time_base, 640, 480, 25,
+                                     250_000_000, 'camera')) == []
+    steps = mono_end.feed(InputPacket('mono', mono[1].data, mono[1].time_base, 640, 480, 26,
+                                      260_000_000, 'camera'))
+    assert [type(step) for step in steps] == [Reset, Events, Events] and mono_end.resets == 1
     assert 'sensor time went back' in steps[0].reason
     # A new sensor size is announced.
-    resized = InputPacket('mono', mono[1].data, mono[1].time_base, 1280, 720, 26, 260_000_000,
+    resized = InputPacket('mono', mono[2].data, mono[2].time_base, 1280, 720, 27, 270_000_000,
                           'camera')
     assert [type(step) for step in mono_end.feed(resized)] == [Resize, Events]
     assert mono_end.sensor_size == (1280, 720)
     # Undecodable bytes are counted, never raised.
-    assert mono_end.feed(InputPacket('nonsense', b'\x00' * 8, 0, 640, 480, 27, 270_000_000,
+    assert mono_end.feed(InputPacket('nonsense', b'\x00' * 8, 0, 640, 480, 28, 280_000_000,
                                      'camera')) == []
     assert mono_end.bad_packets == 1
 

@@ -335,10 +335,11 @@ class NormalFlowEstimator:
                 int(events.t_ns[0]) < self._newest_ns - TIME_RESET_TOLERANCE_NS:
             self.time_resets += 1
             self.events_dropped['time_reset'] += len(self._events)
-            LOGGER.warning('event time jumped back from %d ns to %d ns (bag loop or camera '
-                           'restart): estimator reset #%d, %d buffered events dropped',
-                           self._newest_ns, int(events.t_ns[0]), self.time_resets,
-                           len(self._events))
+            # Counted in time_resets; callers report it (the node counts and throttles it).
+            LOGGER.info('event time jumped back from %d ns to %d ns (bag loop or camera '
+                        'restart): estimator reset #%d, %d buffered events dropped',
+                        self._newest_ns, int(events.t_ns[0]), self.time_resets,
+                        len(self._events))
             self.reset()
         count = len(events)
         indices = np.arange(self._next_index, self._next_index + count, dtype=np.int64)

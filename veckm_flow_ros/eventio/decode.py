@@ -310,8 +310,14 @@ class PacketDecoder:
         in_order = previous is None or t_ns[0] >= previous
         if in_order and not np.any(t_ns[1:] < t_ns[:-1]):
             return
-        steps = np.diff(t_ns, prepend=t_ns[0] if previous is None else previous)
-        backwards = steps < 0
+        # Compared, not subtracted: times near +-2^63 (a hostile time_base) would overflow a
+        # difference in int64 and hide the steps back.
+        before = np.concatenate([t_ns[:1] if previous is None else np.array([previous]),
+                                 t_ns[:-1]]).astype(np.int64)
+        backwards = t_ns < before
+        # b > t in int64, so b - t computed modulo 2^64 in uint64 is exact.
+        largest_ns = int((before[backwards].astype(np.uint64)
+                          - t_ns[backwards].astype(np.uint64)).max())
         self._problem(problems, 'time_backwards', np.count_nonzero(backwards),
                       f'{encoding}: sensor time went backwards {np.count_nonzero(backwards)} '
-                      f'time(s) (largest step back {-int(steps[backwards].min())} ns)')
+                      f'time(s) (largest step back {largest_ns} ns)')

@@ -21,8 +21,15 @@ event is measured; the first measurement sets the offset, later ones are blended
 weight alpha = 0.01 (offset <- (1 - alpha) * offset + alpha * (stamp - t_first)). When the
 header stamp jumps backwards (a looping bag, a restarted driver) the offset is reset.
 
+A measurement that disagrees with the offset by more than max_jump_ns is a discontinuity (a
+corrupt sensor time, a sensor clock that jumped, a header stamp that jumped), not drift:
+blending it in would put stamps wrong by up to the jump for hundreds of messages. is_jump()
+tells; the caller (stream.frontend) drops a lone outlier or, when the next message confirms
+the new clock, re-synchronises (reset(), then update() as for a first message).
+
     sync = TimeSync()
-    sync.update(stamp_ns, result.events)      # once per decoded message
+    if not sync.is_jump(stamp_ns, result.events):
+        sync.update(stamp_ns, result.events)  # once per decoded message
     ros_ns = sync.to_ros_ns(t_sensor_ns)      # int or int64 array
 """
 
@@ -31,6 +38,12 @@ from typing import Optional
 import numpy as np
 
 DEFAULT_ALPHA = 0.01
+# A measured offset further than this from the current one is a jump, not drift (the node's
+# parameter time_sync_max_jump_ms; the offset of clean recordings moves by < 1 ms per message).
+DEFAULT_MAX_JUMP_NS = 500_000_000
+# A seq step forward of more than this many messages is not a loss (a driver restart, a
+# corrupt header): a restart, counted as such.
+MAX_SEQ_GAP = 1_000_000
 
 
 class TimeSync:
@@ -41,10 +54,13 @@ class TimeSync:
     ~1.7e18 ns lose no precision to float64.
     """
 
-    def __init__(self, alpha: float = DEFAULT_ALPHA):
+    def __init__(self, alpha: float = DEFAULT_ALPHA, max_jump_ns: int = DEFAULT_MAX_JUMP_NS):
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f'alpha must be in (0, 1], got {alpha}')
+        if not max_jump_ns > 0:
+            raise ValueError(f'max_jump_ns must be > 0 ns, got {max_jump_ns}')
         self.alpha = float(alpha)
+        self.max_jump_ns = int(max_jump_ns)
         self.resets = 0
         self.reset()
 
@@ -66,7 +82,8 @@ class TimeSync:
 
         events: an EventArray, an int64 array of sensor times (ns) or the first sensor time
         (int); a message without events changes nothing. Returns True when the offset was
-        (re)set: at the first message and when the stamp went backwards.
+        (re)set: at the first message and when the stamp went backwards. A jump (see
+        is_jump) is blended like any message: callers check is_jump first.
         """
         t_first_ns = _first_time(events)
         if t_first_ns is None:
@@ -86,6 +103,18 @@ class TimeSync:
         self._offset_ns += step
         self._remainder_ns = blended - step
         return False
+
+    def disagreement_ns(self, stamp_ns: int, events) -> Optional[int]:
+        """Measured minus current offset [ns] for a message; None before the first update."""
+        t_first_ns = _first_time(events)
+        if t_first_ns is None or self._offset_ns is None:
+            return None
+        return int(stamp_ns) - t_first_ns - self._offset_ns
+
+    def is_jump(self, stamp_ns: int, events) -> bool:
+        """Return True when the message disagrees with the offset by more than max_jump_ns."""
+        disagreement_ns = self.disagreement_ns(stamp_ns, events)
+        return disagreement_ns is not None and abs(disagreement_ns) > self.max_jump_ns
 
     def to_ros_ns(self, t_sensor_ns):
         """ROS time (ns) of sensor time t_sensor_ns (int, or int64 array -> int64 array)."""
@@ -117,7 +146,8 @@ class SeqGapCounter:
     Count messages lost upstream from EventPacket.seq (+1 per message).
 
     update(seq) returns the number of messages missing just before this one. A seq that does
-    not increase (driver restart, looping bag) is a restart, not a loss.
+    not increase (driver restart, looping bag), or that leaps ahead by more than MAX_SEQ_GAP
+    (a corrupt header: a jump to 2^63 is no 2^63 lost messages), is a restart, not a loss.
     """
 
     def __init__(self):
@@ -132,7 +162,7 @@ class SeqGapCounter:
         last, self._last_seq = self._last_seq, seq
         if last is None or seq == last + 1:
             return 0
-        if seq <= last:
+        if seq <= last or seq - last - 1 > MAX_SEQ_GAP:
             self.restarts += 1
             return 0
         missing = seq - last - 1

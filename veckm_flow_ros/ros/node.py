@@ -29,7 +29,8 @@ Publications (reliable, volatile; keep last 100 for ~/flow, 10 for the others)
                    hue = flow direction, brightness = speed, black = no flow, legend wheel.
     /diagnostics   diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s: input
                    events/s, flows/s, latency p50/p99 [ms] (event time -> publish), seq gaps,
-                   dropped packets, decode problems, queue fill.
+                   dropped packets, decode problems, stream resets, time sync jumps, queue
+                   fill.
 
 Parameters: stream/parameters.py (PARAMETERS: names, types, ranges, units, defaults;
 config/veckm_flow.yaml mirrors the defaults). All are read-only except image_max_speed_px_s.
@@ -290,6 +291,9 @@ class VecKMFlowNode(Node):
         width, height = self.pipeline.sensor_size
         if width == 0 or height == 0:
             return  # no packet decoded yet: the sensor size is unknown
+        if (width > self.config['max_sensor_width_px']
+                or height > self.config['max_sensor_height_px']):
+            return  # never: the front end drops larger packets (memory bound of the image)
         from veckm_flow_ros.offline.visualize import render_flow_image
         points = np.concatenate(chunks) if chunks else make_flow_points([], [], [], [], [])
         max_speed_px_s = self.config['image_max_speed_px_s'] or None
@@ -308,6 +312,8 @@ class VecKMFlowNode(Node):
         message = 'ok'
         if period['dropped_packets'] or period['bad_packets'] or period['failed_blocks']:
             level, message = DiagnosticStatus.WARN, 'dropping input (over capacity or bad)'
+        elif period['time_sync_jumps'] or period['implausible_stamps']:
+            level, message = DiagnosticStatus.WARN, 'sensor clock jumped (re-synchronised)'
         elif period['missed_packets']:
             level, message = DiagnosticStatus.WARN, 'sequence gaps in the input'
         elif period['packets'] == 0:
@@ -326,6 +332,9 @@ class VecKMFlowNode(Node):
             'failed block computations (total)': str(totals['failed_blocks']),
             'decode problems (total)': str(totals['decode_problems']),
             'stream resets (total)': str(totals['estimator_resets']),
+            'time sync jumps (total)': str(totals['time_sync_jumps']),
+            'blocks not published, stamp outside the input (total)':
+                str(totals['implausible_stamps']),
             'estimator dropped events (total)': str(self.pipeline.estimator_drops()),
             'flows (total)': str(totals['flows']),
         }

@@ -30,7 +30,8 @@ class Statistics:
     TOTALS = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps',
               'missed_packets',
               'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
-              'failed_blocks', 'estimator_resets', 'images')
+              'failed_blocks', 'estimator_resets', 'time_sync_jumps', 'implausible_stamps',
+              'images')
 
     def __init__(self):
         self._lock = threading.Lock()

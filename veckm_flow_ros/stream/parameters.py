@@ -69,6 +69,23 @@ PARAMETERS = (
                   (0.0, 60_000.0), read_only=True),
     ParameterSpec('max_buffered_events', 4_000_000, 'Cap on events the estimator keeps in '
                   'its sliding window [events].', (1000, 1_000_000_000), read_only=True),
+    ParameterSpec('max_sensor_width_px', 2048, 'Largest sensor width accepted [px]: a '
+                  'packet claiming more is counted as bad and dropped, so that memory '
+                  '(estimator tables, ~/flow_image) is bounded by this, not by a packet '
+                  'header. The default covers the sensors on the market (1280x720 IMX636, '
+                  '1280x800 CeleX-V, 1280x960 Samsung Gen4) with margin.', (1, 65535),
+                  read_only=True),
+    ParameterSpec('max_sensor_height_px', 2048, 'Largest sensor height accepted [px] (see '
+                  'max_sensor_width_px).', (1, 65535), read_only=True),
+    ParameterSpec('time_sync_max_jump_ms', 500.0, 'A packet whose sensor time disagrees with '
+                  'its header stamp by more than this against the sensor -> ROS offset so far '
+                  '[ms] is off the clock (corrupt time words, a sensor or host clock that '
+                  'jumped): alone it is dropped; when the next packet follows it, the offset '
+                  'is re-synchronised (not blended), the estimator restarts and the jump is '
+                  'counted. Events further than this from the median time of their packet are '
+                  'dropped. Stamps stay within about this of the input header stamps (the '
+                  'offset of clean recordings moves < 10 ms).', (1.0, 3_600_000.0),
+                  read_only=True),
     ParameterSpec('torch_threads', 0, 'Torch intra-op threads per block computation; 0 = '
                   'automatic (the CPU cores / compute_threads; all cores for a block computed '
                   'while the node keeps up).', (0, 256), read_only=True),

@@ -36,11 +36,20 @@ reports. docs/threading.md explains the threads; in short:
   flight, resets the estimator and has the decode thread restart its stream.
 
 Memory is bounded by configuration: the queue (max_queued_events), the decoded batches
-(MAX_DECODED_BATCHES x MAX_BATCH_EVENTS events), the estimator (max_buffered_events) and one
-context copy per block in flight (compute_threads + 1).
+(MAX_DECODED_BATCHES x MAX_BATCH_EVENTS events), the estimator (max_buffered_events), one
+context copy per block in flight (compute_threads + 1) and the per-pixel tables of the
+encoder and the flow image (max_sensor_width_px x max_sensor_height_px: larger packets are
+dropped by the front end; the old estimator is released when the size changes).
+
+Stamps: each block's stamp must lie within [first header stamp of the stream -
+time_sync_max_jump_ms, header stamp of the packet that completed it + 2 time_sync_max_jump_ms]
+(the front end re-synchronises on clock jumps, so this holds for any input it lets through);
+a block outside is not published but counted (implausible_stamps), never sent downstream.
 """
 
 import concurrent.futures
+import ctypes
+import ctypes.util
 from dataclasses import dataclass
 import math
 import os
@@ -52,7 +61,8 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
+from veckm_flow_ros.core.estimator import (automatic_block_s, NormalFlowEstimator,
+                                           TIME_RESET_TOLERANCE_NS)
 from veckm_flow_ros.eventio.events import EventArray
 from veckm_flow_ros.eventio.flow_cloud import block_flow_points
 from veckm_flow_ros.eventio.timesync import SeqGapCounter
@@ -202,7 +212,11 @@ class FlowPipeline:
         self.queue = PacketQueue(config['max_queued_events'])
         # Counted on arrival, so that the queue's own drops are not mistaken for losses.
         self.seq_gaps = SeqGapCounter()
-        self.front_end = StreamFrontEnd(log=self._front_end_log)
+        self.max_jump_ns = int(round(config['time_sync_max_jump_ms'] * 1e6))
+        self.front_end = StreamFrontEnd(
+            log=self._front_end_log,
+            max_sensor_size=(config['max_sensor_width_px'], config['max_sensor_height_px']),
+            max_jump_ns=self.max_jump_ns)
         # Built on the first packet, when the sensor size is known (rebuilt if it changes).
         self.estimator = None
         self.sensor_size = (0, 0)
@@ -263,6 +277,7 @@ class FlowPipeline:
             packet.estimated_events = estimated_events(packet.encoding, len(packet.data))
         if not packet.received_s:
             packet.received_s = time.monotonic()
+        restarts = self.seq_gaps.restarts
         missed = self.seq_gaps.update(packet.seq)
         dropped = self.queue.put(packet)
         self.stats.add(packets=1, missed_packets=missed, seq_gaps=int(missed > 0),
@@ -277,6 +292,9 @@ class FlowPipeline:
                                  f'{self.stats.totals["dropped_packets"]} in total; the '
                                  'estimator is slower than the input (raise target_stride or '
                                  'lower the event rate)')
+        if self.seq_gaps.restarts != restarts:
+            self._log('info', f'seq on ~/events went back or leapt ahead to {packet.seq}: '
+                              'counted as a restart of the stream, not as lost packets')
 
     def count_bad_packet(self, reason: str):
         """Count a packet that never reached put() (malformed message bytes)."""
@@ -330,7 +348,7 @@ class FlowPipeline:
         steps = [] if steps is None else steps
         front_end = self.front_end
         counts = (front_end.events, front_end.bad_packets, front_end.decode_problems,
-                  front_end.resets)
+                  front_end.resets, front_end.time_sync_jumps)
         pending, marks = [], []
 
         def flush():
@@ -356,7 +374,8 @@ class FlowPipeline:
             self.stats.add(events=front_end.events - counts[0],
                            bad_packets=front_end.bad_packets - counts[1],
                            decode_problems=front_end.decode_problems - counts[2],
-                           estimator_resets=front_end.resets - counts[3])
+                           estimator_resets=front_end.resets - counts[3],
+                           time_sync_jumps=front_end.time_sync_jumps - counts[4])
         return steps
 
     def _front_end_log(self, level: str, message: str):
@@ -491,9 +510,13 @@ class FlowPipeline:
         if self.estimator is not None and self.sensor_size == (width, height):
             return self.estimator
         if self.estimator is not None:
+            self.stats.add(estimator_resets=1)
             self._log('warning', f'sensor size changed from {self.sensor_size[0]}x'
-                                 f'{self.sensor_size[1]} to {width}x{height}: restarting the '
-                                 'estimator')
+                                 f'{self.sensor_size[1]} to {width}x{height} px: restarting the '
+                                 f'estimator ({self.stats.totals["estimator_resets"]} stream '
+                                 'resets so far)')
+            self.estimator = None  # its buffers go before the new one's are allocated
+            _release_freed_memory()
         self.estimator = self._new_estimator(width, height)
         self.sensor_size = (width, height)
         return self.estimator
@@ -526,6 +549,21 @@ class FlowPipeline:
 
     def _push_and_publish(self, events: EventArray, marks: list):
         """Push the events at once; publish the blocks as they are computed, in order."""
+        time_resets = self.estimator.time_resets
+        try:
+            self._push_blocks(events, marks)
+        finally:
+            # The estimator restarts by itself when sensor time steps back by more than its
+            # tolerance (less than the front end's): a stream reset like the others.
+            resets = self.estimator.time_resets - time_resets if self.estimator else 0
+            if resets:
+                self.stats.add(estimator_resets=resets)
+                self._log('warning', f'sensor time went back by more than '
+                                     f'{TIME_RESET_TOLERANCE_NS * 1e-6:g} ms: estimator reset '
+                                     f'({self.stats.totals["estimator_resets"]} stream resets '
+                                     'so far)')
+
+    def _push_blocks(self, events: EventArray, marks: list):
         newest = np.array([mark.newest_ns for mark in marks], dtype=np.int64)
         if self._compute_pool is None:
             for block in self.estimator.push_iter(events):
@@ -580,7 +618,18 @@ class FlowPipeline:
         points, t_stamp_ns = block_flow_points(block, self.config['publish_confidence'])
         if t_stamp_ns is None:
             return
-        stamp_ns = t_stamp_ns + mark.offset_ns
+        stamp_ns = int(t_stamp_ns) + int(mark.offset_ns)
+        low_ns = max(mark.first_stamp_ns - self.max_jump_ns, 0)
+        high_ns = mark.stamp_ns + 2 * self.max_jump_ns
+        if not low_ns <= stamp_ns <= high_ns:
+            # A safety net: the front end re-synchronises on clock jumps, so this needs a
+            # corrupt clock it did not see; a wrong stamp would mislead odometry downstream.
+            self.stats.add(implausible_stamps=1)
+            self._log('warning', f'not publishing a block stamped {stamp_ns} ns: outside the '
+                                 f'input header stamps [{mark.first_stamp_ns}, '
+                                 f'{mark.stamp_ns}] ns +- time_sync_max_jump_ms '
+                                 f'({self.stats.totals["implausible_stamps"]} blocks so far)')
+            return
         self._publish(points, stamp_ns, mark.frame_id)
         self.stats.add(flows=len(points), blocks=1)
         self.stats.add_latency_ms((self._clock_ns() - stamp_ns) * 1e-6)
@@ -589,6 +638,15 @@ class FlowPipeline:
         """Events the estimator dropped to stay within max_buffered_events (total)."""
         estimator = self.estimator
         return sum(getattr(estimator, 'events_dropped', {}).values()) if estimator else 0
+
+
+def _release_freed_memory():
+    """Return freed heap pages to the system (glibc keeps them otherwise); a no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _default_torch_threads() -> int:
