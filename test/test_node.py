@@ -792,7 +792,8 @@ NON_DEFAULT = {
     'max_queued_events': 123_456, 'max_queue_delay_ms': 150.0, 'max_buffered_events': 234_567,
     'torch_threads': 1, 'compute_threads': 2, 'image_rate_hz': 8.0,
     'image_max_speed_px_s': 321.0, 'publish_confidence': True, 'rotation_mean_flow': True,
-    'diagnostics_period_s': 0.5}
+    'diagnostics_period_s': 0.5, 'max_sensor_width_px': 1000, 'max_sensor_height_px': 900,
+    'time_sync_max_jump_ms': 250.0}
 
 
 def test_every_parameter_reaches_the_pipeline(harness_factory):
@@ -811,6 +812,8 @@ def test_every_parameter_reaches_the_pipeline(harness_factory):
     assert (node.model.pixel_radius, node.model.tau_s) == (8, 0.016)
     assert pipeline.block_ms == 4.0
     assert pipeline.queue.max_events == 123_456
+    assert pipeline.front_end.max_sensor_size == (1000, 900)
+    assert pipeline.front_end.max_jump_ns == pipeline.max_jump_ns == 250_000_000
     assert (pipeline.compute_threads, pipeline._inline_threads) == (2, 1)
     estimator = pipeline.estimator_for(640, 480)
     assert estimator.block_ns == 4_000_000 and estimator.causal
