@@ -20,6 +20,18 @@ import pytest
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / 'shared' / 'data'
+# The modules whose tests touch rclpy, DDS, message types or the Fast DDS profile: their tests
+# are marked `ros`, and `make test` runs those on ROS 2 Jazzy as well as on Kilted
+# (scripts/test.sh). test_rclpy_compat.py checks that no such module is missing here.
+ROS_FACING_MODULES = frozenset({'test_node.py', 'test_dds_profile.py', 'test_messages.py',
+                                'test_rclpy_compat.py', 'test_colcon.py'})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m ros` deselects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in ROS_FACING_MODULES:
+            item.add_marker(pytest.mark.ros)
 
 
 @pytest.fixture(scope='session')
