@@ -24,7 +24,7 @@ SHARED_DATA = PROJECT_ROOT.parent / 'shared' / 'data'
 # are marked `ros`, and `make test` runs those on ROS 2 Jazzy as well as on Kilted
 # (scripts/test.sh). test_rclpy_compat.py checks that no such module is missing here.
 ROS_FACING_MODULES = frozenset({'test_node.py', 'test_dds_profile.py', 'test_messages.py',
-                                'test_rclpy_compat.py', 'test_colcon.py'})
+                                'test_rclpy_compat.py'})
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m ros` deselects by marker
