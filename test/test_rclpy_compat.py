@@ -20,7 +20,6 @@ checks that every test module touching rclpy, DDS, message types or Fast DDS is 
 (conftest.ROS_FACING_MODULES).
 """
 
-import os
 import pathlib
 import re
 import time
@@ -40,22 +39,10 @@ from conftest import ROS_FACING_MODULES  # noqa: E402, I100
 from veckm_flow_ros.ros import rclpy_compat  # noqa: E402
 from veckm_flow_ros.ros.node import OwnThreadCallbackGroup  # noqa: E402
 
-DOMAIN_ID = 100 + os.getpid() % 100
 TOPIC = 'rclpy_compat_events'
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 BEST_EFFORT = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
 TEST_DIR = pathlib.Path(__file__).resolve().parent
-
-
-@pytest.fixture(scope='module')
-def context():
-    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
-    try:
-        yield context
-    finally:
-        rclpy.shutdown(context=context)
 
 
 class Receiver:
@@ -83,11 +70,11 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver_factory(context):
+def receiver_factory(ros_context):
     receivers = []
 
     def make(qos=RELIABLE, **subscription_kwargs):
-        receivers.append(Receiver(context, qos, **subscription_kwargs))
+        receivers.append(Receiver(ros_context, qos, **subscription_kwargs))
         return receivers[-1]
     yield make
     for receiver in receivers:
