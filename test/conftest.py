@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope='module')
 def ros_context():
-    """Yield an rclpy context on ROS_DOMAIN_ID (localhost discovery), shut down after the module."""
+    """Yield an rclpy context on ROS_DOMAIN_ID, localhost discovery; shut down after use."""
     import rclpy
     os.environ['ROS_DOMAIN_ID'] = str(ROS_DOMAIN_ID)
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
