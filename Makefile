@@ -1,15 +1,20 @@
 # The two commands of the README. Both set everything up first (scripts/setup.sh, idempotent).
 #   make demo   replay the bundled recording through the estimator: pictures + evaluation table
-#   make test   the full test suite (real rclpy, real bags, compiled extension), as CI runs it
-.PHONY: setup demo test bench clean
+#   make test   the full test suite (real rclpy, real bags, compiled extension) on ROS 2 Kilted,
+#               and the ROS-facing tests (marker `ros`) on ROS 2 Jazzy too, as CI runs it
+.PHONY: setup setup-jazzy demo test bench clean
 
 setup:
 	bash scripts/setup.sh
 
+# .venv/ (Kilted) and .venv-jazzy/ (Jazzy, requirements-jazzy.txt).
+setup-jazzy:
+	bash scripts/setup.sh --with-jazzy
+
 demo: setup
 	.venv/bin/veckm-flow demo --out-dir out/demo
 
-test: setup
+test: setup-jazzy
 	bash scripts/test.sh
 
 bench: setup

@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Set up everything veckm_flow_ros needs in .venv/ at the repository root, from the package
-# registries only: torch (CPU build), the ROS 2 wheels (rclpy with Fast DDS), event_camera_msgs
-# built from its interface definition, and this package with its compiled extension.
+# registries only: torch (CPU build), the ROS 2 Kilted wheels (rclpy with Fast DDS),
+# event_camera_msgs built from its interface definition, and this package with its compiled
+# extension. With --with-jazzy, also .venv-jazzy/: the ROS 2 Jazzy wheels (rclpy 7.1, Fast DDS
+# 2.14, requirements-jazzy.txt), event_camera_msgs built with Jazzy's rosidl toolchain, and this
+# package on its path (the extension built for .venv: both pin the same torch). `make test` runs
+# the tests marked `ros` there too.
 # Idempotent: each step is skipped when what it installs has not changed (hash stamps).
 #
-#   scripts/setup.sh            # creates or updates .venv/
-#   VECKM_VENV=/path scripts/setup.sh
+#   scripts/setup.sh                 # creates or updates .venv/
+#   scripts/setup.sh --with-jazzy    # ... and .venv-jazzy/
+#   VECKM_VENV=/path VECKM_JAZZY_VENV=/path2 scripts/setup.sh --with-jazzy
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VECKM_VENV:-$ROOT/.venv}"
+JAZZY_VENV="${VECKM_JAZZY_VENV:-$VENV-jazzy}"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+WITH_JAZZY=0
+for argument in "$@"; do
+  case "$argument" in
+    --with-jazzy) WITH_JAZZY=1 ;;
+    *) echo "error: unknown argument '$argument' (known: --with-jazzy)" >&2; exit 2 ;;
+  esac
+done
 PIP_FLAGS=(--disable-pip-version-check --quiet --no-warn-script-location)
 # pip warns once per package about this machine's optional local indexes; keep real errors only.
 pip_install() { "$PY" -m pip install "${PIP_FLAGS[@]}" "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
@@ -21,16 +34,63 @@ content_hash() {  # hash of the given files' paths and contents
   (cd "$ROOT" && find "$@" -type f ! -name '*.so' ! -path '*/__pycache__/*' -print0 | sort -z \
      | xargs -0 sha256sum) | sha256sum | cut -c1-16
 }
-stamp_ok() { [ -f "$VENV/.stamp_$1" ] && [ "$(cat "$VENV/.stamp_$1")" = "$2" ]; }
-stamp_set() { echo "$2" > "$VENV/.stamp_$1"; }
+stamp_ok() { [ -f "$ENV_DIR/.stamp_$1" ] && [ "$(cat "$ENV_DIR/.stamp_$1")" = "$2" ]; }
+stamp_set() { echo "$2" > "$ENV_DIR/.stamp_$1"; }
+build_dirs=()
+trap 'rm -rf "${build_dirs[@]}"' EXIT
 
-if [ ! -x "$VENV/bin/python" ]; then
-  say "creating $VENV with $($PYTHON --version)"
-  "$PYTHON" -m venv "$VENV"
-fi
-PY="$VENV/bin/python"
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), "the ROS 2 wheels need Python 3.11"' \
-  || { echo "error: $VENV uses $("$PY" --version); the ROS 2 wheels need Python 3.11" >&2; exit 1; }
+# A Python 3.11 venv at $1 with the packages of requirements file $2 and event_camera_msgs
+# built with that venv's ROS toolchain; sets ENV_DIR and PY to it.
+setup_ros_env() {
+  ENV_DIR="$1"
+  local requirements="$2"
+  if [ ! -x "$ENV_DIR/bin/python" ]; then
+    say "creating $ENV_DIR with $($PYTHON --version)"
+    "$PYTHON" -m venv "$ENV_DIR"
+  fi
+  PY="$ENV_DIR/bin/python"
+  "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null \
+    || { echo "error: $ENV_DIR uses $("$PY" --version); the ROS 2 wheels need Python 3.11:" \
+              "delete $ENV_DIR and run again with python3.11 on PATH" >&2; exit 1; }
+
+  # 1. Python packages.
+  local req_hash
+  req_hash="$(content_hash "$requirements")"
+  if ! stamp_ok requirements "$req_hash"; then
+    say "installing Python packages of $requirements into $ENV_DIR"
+    pip_install --upgrade pip
+    pip_install -r "$ROOT/$requirements"
+    # Ten of the message wheels' CMake configs carry include paths of the machine that built
+    # them.
+    local py_include np_include
+    py_include="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    np_include="$("$PY" -c 'import numpy; print(numpy.get_include())')"
+    sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$np_include#g" \
+           -e "s#/opt/python/cp311-cp311/include/python3.11#$py_include#g" \
+           "$ENV_DIR"/share/*/cmake/*.cmake
+    stamp_set requirements "$req_hash"
+    rm -f "$ENV_DIR"/.stamp_event_camera_msgs "$ENV_DIR"/.stamp_package
+  fi
+
+  # 2. event_camera_msgs, built from its interface definition with the ROS toolchain in the venv.
+  local msgs_hash build_dir
+  msgs_hash="$(content_hash interfaces/event_camera_msgs)"
+  if ! stamp_ok event_camera_msgs "$msgs_hash"; then
+    say "building event_camera_msgs from interfaces/event_camera_msgs for $ENV_DIR"
+    build_dir="$(mktemp -d)"
+    build_dirs+=("$build_dir")
+    (
+      export AMENT_PREFIX_PATH="$ENV_DIR" PATH="$ENV_DIR/bin:$PATH"
+      cmake -S "$ROOT/interfaces/event_camera_msgs" -B "$build_dir" \
+        -DCMAKE_PREFIX_PATH="$ENV_DIR" -DCMAKE_INSTALL_PREFIX="$ENV_DIR" \
+        -DPython3_EXECUTABLE="$PY" -DBUILD_TESTING=OFF > "$build_dir/configure.log" 2>&1 \
+        && cmake --build "$build_dir" -j"$(nproc)" > "$build_dir/build.log" 2>&1 \
+        && cmake --install "$build_dir" > "$build_dir/install.log" 2>&1
+    ) || { tail -n 40 "$build_dir"/*.log >&2
+           echo "error: event_camera_msgs build failed for $ENV_DIR (log above)" >&2; exit 1; }
+    stamp_set event_camera_msgs "$msgs_hash"
+  fi
+}
 
 # 0. xmllint for the ament_xmllint test (Debian's libxml2-utils), when we may install packages.
 if ! command -v xmllint >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
@@ -43,38 +103,8 @@ if ! command -v xmllint >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; t
   fi
 fi
 
-# 1. Python packages.
-req_hash="$(content_hash requirements.txt)"
-if ! stamp_ok requirements "$req_hash"; then
-  say "installing Python packages (torch CPU, ROS 2 wheels, rosbags, test tools)"
-  pip_install --upgrade pip
-  pip_install -r "$ROOT/requirements.txt"
-  # Ten of the message wheels' CMake configs carry include paths of the machine that built them.
-  py_include="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-  np_include="$("$PY" -c 'import numpy; print(numpy.get_include())')"
-  sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$np_include#g" \
-         -e "s#/opt/python/cp311-cp311/include/python3.11#$py_include#g" \
-         "$VENV"/share/*/cmake/*.cmake
-  stamp_set requirements "$req_hash"
-  rm -f "$VENV"/.stamp_event_camera_msgs "$VENV"/.stamp_package
-fi
-
-# 2. event_camera_msgs, built from its interface definition with the ROS toolchain in the venv.
-msgs_hash="$(content_hash interfaces/event_camera_msgs)"
-if ! stamp_ok event_camera_msgs "$msgs_hash"; then
-  say "building event_camera_msgs from interfaces/event_camera_msgs"
-  build_dir="$(mktemp -d)"
-  trap 'rm -rf "$build_dir"' EXIT
-  (
-    export AMENT_PREFIX_PATH="$VENV" PATH="$VENV/bin:$PATH"
-    cmake -S "$ROOT/interfaces/event_camera_msgs" -B "$build_dir" \
-      -DCMAKE_PREFIX_PATH="$VENV" -DCMAKE_INSTALL_PREFIX="$VENV" \
-      -DPython3_EXECUTABLE="$PY" -DBUILD_TESTING=OFF > "$build_dir/configure.log" 2>&1 \
-      && cmake --build "$build_dir" -j"$(nproc)" > "$build_dir/build.log" 2>&1 \
-      && cmake --install "$build_dir" > "$build_dir/install.log" 2>&1
-  ) || { tail -n 40 "$build_dir"/*.log >&2; echo "error: event_camera_msgs build failed" >&2; exit 1; }
-  stamp_set event_camera_msgs "$msgs_hash"
-fi
+# 1-2. Kilted: packages and event_camera_msgs.
+setup_ros_env "$VENV" requirements.txt
 
 # 3. This package (editable) and its extension.
 pkg_hash="$(content_hash setup.py setup.cfg csrc)"
@@ -86,3 +116,25 @@ fi
 "$PY" -c 'import torch, rclpy, event_camera_msgs.msg, veckm_flow_ros._C' \
   || { echo "error: the environment in $VENV does not import; delete it and run again" >&2; exit 1; }
 say "ready: $VENV ($(du -sh "$VENV" | cut -f1))"
+
+[ "$WITH_JAZZY" = 1 ] || exit 0
+# The extension of step 3 (built in place, veckm_flow_ros/_C*.so) serves Jazzy too: same torch.
+torch_pin() { grep -E '^torch==' "$ROOT/$1" || echo "(no torch== line)"; }
+if [ "$(torch_pin requirements.txt)" != "$(torch_pin requirements-jazzy.txt)" ]; then
+  echo "error: requirements.txt pins $(torch_pin requirements.txt) but requirements-jazzy.txt" \
+       "$(torch_pin requirements-jazzy.txt); the Jazzy venv loads the extension built for" \
+       ".venv, so pin the same torch in both" >&2
+  exit 1
+fi
+
+# 4-5. Jazzy: packages and event_camera_msgs (Jazzy's rosidl generators and type support).
+setup_ros_env "$JAZZY_VENV" requirements-jazzy.txt
+
+# 6. This package on the Jazzy venv's path (the checkout itself, as the editable install of 3).
+site_packages="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$ROOT" > "$site_packages/veckm_flow_ros_checkout.pth"
+"$PY" -c 'import torch, rclpy, event_camera_msgs.msg, veckm_flow_ros._C' \
+  || { echo "error: the environment in $JAZZY_VENV does not import (above); delete it and" \
+            "run again" >&2; exit 1; }
+say "ready: $JAZZY_VENV ($(du -sh "$JAZZY_VENV" | cut -f1), rclpy" \
+    "$("$PY" -c 'from importlib.metadata import version as v; print(v("ros-rclpy"), "Fast DDS", v("ros-fastrtps"))'))"

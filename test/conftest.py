@@ -14,12 +14,41 @@
 
 """Shared fixtures: paths to the project and to the optional shared data beside it."""
 
+import os
 import pathlib
 
 import pytest
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / 'shared' / 'data'
+# One DDS domain per test process, so parallel runs on a machine do not mix.
+ROS_DOMAIN_ID = 100 + os.getpid() % 100
+# The modules whose tests touch rclpy, DDS, message types or the Fast DDS profile: their tests
+# are marked `ros`, and `make test` runs those on ROS 2 Jazzy as well as on Kilted
+# (scripts/test.sh). test_rclpy_compat.py checks that no such module is missing here.
+ROS_FACING_MODULES = frozenset({'test_node.py', 'test_hostile_node.py', 'test_hostile_offline.py',
+                                'test_dds_profile.py', 'test_messages.py', 'test_rclpy_compat.py'})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m ros` deselects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in ROS_FACING_MODULES:
+            item.add_marker(pytest.mark.ros)
+
+
+@pytest.fixture(scope='module')
+def ros_context():
+    """Yield an rclpy context on ROS_DOMAIN_ID, localhost discovery; shut down after use."""
+    import rclpy
+    os.environ['ROS_DOMAIN_ID'] = str(ROS_DOMAIN_ID)
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=ROS_DOMAIN_ID)
+    try:
+        yield context
+    finally:
+        rclpy.shutdown(context=context)
 
 
 @pytest.fixture(scope='session')

@@ -28,7 +28,7 @@ pytest.importorskip('event_camera_msgs')
 
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402, I100
 from scenes import moving_edges  # noqa: E402, I100
-from test_node import harness_factory, model_path, ros_context  # noqa: E402, F401
+from test_node import harness_factory, model_path  # noqa: E402, F401
 from veckm_flow_ros.eventio.packets import encode_packets  # noqa: E402
 from veckm_flow_ros.ros import node as flow_node  # noqa: E402
 from veckm_flow_ros.ros.messages import stamp_to_ns  # noqa: E402

@@ -46,30 +46,19 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image, PointCloud2  # noqa: E402
 
-from scenes import EDGES, moving_edges  # noqa: E402, I100
+from conftest import ROS_DOMAIN_ID  # noqa: E402, I100
+from scenes import EDGES, moving_edges  # noqa: E402
 from veckm_flow_ros.eventio.flow_cloud import points_from_pointcloud2  # noqa: E402
 from veckm_flow_ros.ros import node as flow_node  # noqa: E402
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr  # noqa: E402
 from veckm_flow_ros.ros.messages import image_message, stamp_from_ns, stamp_to_ns  # noqa: E402
 
 
-DOMAIN_ID = 100 + os.getpid() % 100
+DOMAIN_ID = ROS_DOMAIN_ID  # conftest: the ros_context fixture's domain
 MODEL_NAME = 'veckm_r10_tau12ms'  # the shipped default (models/DEFAULT)
 EVENTS_TOPIC = f'/{flow_node.NODE_NAME}/events'
 FLOW_TOPIC = f'/{flow_node.NODE_NAME}/flow'
 IMAGE_TOPIC = f'/{flow_node.NODE_NAME}/flow_image'
-
-
-@pytest.fixture(scope='module')
-def ros_context():
-    os.environ['ROS_DOMAIN_ID'] = str(DOMAIN_ID)
-    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=DOMAIN_ID)
-    try:
-        yield context
-    finally:
-        rclpy.shutdown(context=context)
 
 
 @pytest.fixture(scope='module')

@@ -89,7 +89,8 @@ def declare_arguments(*names: str) -> list:
 
 def fastdds_profile_env(profile) -> dict:
     """Environment that makes a process read the Fast DDS XML profile `profile`."""
-    # Fast DDS 3 reads the first name, Fast DDS 2 (Humble, Jazzy) the second.
+    # Fast DDS 3 (Kilted) reads the first name (and still the second), Fast DDS 2 (Humble,
+    # Jazzy) only the second: test/test_dds_profile.py checks this on Kilted and Jazzy.
     return {'FASTDDS_DEFAULT_PROFILES_FILE': profile, 'FASTRTPS_DEFAULT_PROFILES_FILE': profile}
 
 

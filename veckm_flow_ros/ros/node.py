@@ -44,7 +44,6 @@ image and diagnostics timers and the parameter services.
 """
 
 import collections
-import contextlib
 import signal
 import sys
 import threading
@@ -64,6 +63,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import Image, PointCloud2
 
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points
+from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
 from veckm_flow_ros.ros.messages import image_message
 from veckm_flow_ros.stream.frontend import InputPacket
@@ -207,32 +207,20 @@ class VecKMFlowNode(Node):
         Also runs the subscription's QoS event callbacks (incompatible QoS or type warnings),
         which rclpy would otherwise run on the executor.
         """
-        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
         subscription, wake = self.events_sub, self._receive_wake
-        handlers = list(subscription.event_handlers)
+        handlers = rclpy_compat.event_handlers(subscription)
         try:
-            wait_set = _rclpy.WaitSet(1, 1, 0, 0, 0, len(handlers), self.context.handle)
+            wait_set = rclpy_compat.make_wait_set(self.context, 1, 1, len(handlers))
             while not self._stop.is_set() and self.context.ok():
-                with contextlib.ExitStack() as in_use:
-                    for entity in (subscription.handle, wake.handle, *handlers):
-                        in_use.enter_context(entity)
-                    wait_set.clear_entities()
-                    wait_set.add_subscription(subscription.handle)
-                    wait_set.add_guard_condition(wake.handle)
-                    for handler in handlers:
-                        handler.add_to_wait_set(wait_set)
-                    wait_set.wait(RECEIVE_WAIT_NS)
+                with rclpy_compat.entities_in_use(subscription, wake, handlers):
+                    rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
                     woke_s = time.monotonic()
-                    for handler in handlers:
-                        if handler.is_ready(wait_set):
-                            event = handler.take_data()
-                            if event and handler.callback is not None:
-                                handler.callback(event)
+                    rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
                     while not self._stop.is_set():
-                        taken = subscription.handle.take_message(EventPacket, True)
-                        if taken is None:
+                        raw = rclpy_compat.take_serialized(subscription, EventPacket)
+                        if raw is None:
                             break
-                        self._on_packet(taken[0])
+                        self._on_packet(raw)
                 pause_s = RECEIVE_PERIOD_S - (time.monotonic() - woke_s)
                 if pause_s > 0:
                     self._stop.wait(pause_s)
