@@ -294,3 +294,16 @@ def test_estimator_resets_are_counted_and_not_printed(model, caplog):
     assert pipeline.stats.totals['estimator_resets'] == pipeline.estimator.time_resets == 1
     assert len(published.messages('estimator reset')) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_buffer_full_warning_is_throttled_and_the_drops_counted(model, caplog):
+    """An estimator over max_buffered_events on every push warns once per period, counts all."""
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
+    events, _, _ = moving_edges(duration_s=0.1)
+    estimator = NormalFlowEstimator(model, 640, 480, max_buffered_events=1000)
+    with caplog.at_level(logging.WARNING, logger='veckm_flow_ros.core.estimator'):
+        for start in range(0, len(events), 2000):
+            estimator.push(events[start:start + 2000])
+    warnings = [r for r in caplog.records if 'max_buffered_events' in r.getMessage()]
+    assert len(warnings) == 1
+    assert estimator.events_dropped['buffer_full'] > 5 * 1000

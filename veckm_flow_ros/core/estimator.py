@@ -47,6 +47,8 @@ from veckm_flow_ros.core.model import load_model, VecKMFlowModel
 from veckm_flow_ros.eventio.events import EventArray
 
 LOGGER = logging.getLogger(__name__)
+# The buffer-full warning comes at most once per this period [s] (the drops are counted).
+BUFFER_WARNING_PERIOD_S = 5.0
 # A packet whose first event is older than the newest seen by more than this restarts the
 # stream (bag loop, camera restart); smaller disorder is tolerated.
 TIME_RESET_TOLERANCE_NS = 1_000_000
@@ -289,6 +291,7 @@ class NormalFlowEstimator:
                                                'time_reset': 0, 'late': 0,
                                                'non_finite_flow': 0}
         self._count_lock = threading.Lock()  # jobs of push_jobs count from several threads
+        self._buffer_warned_s = -math.inf  # when the buffer-full warning was last logged
         self.time_resets = 0
 
     # -- public API ------------------------------------------------------------------------
@@ -548,7 +551,11 @@ class NormalFlowEstimator:
             return
         buffer.drop_before(buffer.start + excess)
         self.events_dropped['buffer_full'] += excess
-        LOGGER.warning('event buffer over max_buffered_events=%d: dropped the %d oldest events',
-                       self.max_buffered_events, excess)
+        now_s = time.monotonic()
+        if now_s - self._buffer_warned_s >= BUFFER_WARNING_PERIOD_S:  # throttled: per push
+            self._buffer_warned_s = now_s
+            LOGGER.warning('event buffer over max_buffered_events=%d: dropped the %d oldest '
+                           'events (%d in total)', self.max_buffered_events, excess,
+                           self.events_dropped['buffer_full'])
         if len(buffer) and self._block_start_ns < int(buffer.t_ns[buffer.start]):
             self._block_start_ns = int(buffer.t_ns[buffer.start])
