@@ -135,7 +135,8 @@ def run_soak(args):
     node = subprocess.Popen(
         [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros import main; '
          'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
-         '-p', 'diagnostics_period_s:=1.0'], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+         '-p', 'diagnostics_period_s:=1.0'], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+        env=bench_node.publisher_env(dict(os.environ), args.node_fastdds_profile))
     publisher = None
     rows = []
     try:
@@ -202,6 +203,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--minutes', type=int, default=30)
     parser.add_argument('--rate', type=float, default=1e6, help='input events/s')
+    parser.add_argument('--node-fastdds-profile', default=str(bench_node.DRIVER_FASTDDS_PROFILE),
+                        help="Fast DDS XML profile of the node process (default: the drivers' "
+                             "16 MiB shared-memory profile; '' = Fast DDS defaults, whose 512 KiB "
+                             'segment is smaller than one ~/flow message at 1 M flows/s)')
     parser.add_argument('--role', choices=('soak', 'publisher'), default='soak')
     args = parser.parse_args()
     from veckm_flow_ros.runtime import set_omp_wait_policy
