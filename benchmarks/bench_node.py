@@ -154,6 +154,14 @@ def synthetic_packets(rate_events_s: float, sensor_s: float, packet_ns: int):
 # Publisher process
 
 
+def driver_qos():
+    """Return the QoS of the camera drivers' event publishers (best effort, keep last 1000)."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                      reliability=ReliabilityPolicy.BEST_EFFORT,
+                      durability=DurabilityPolicy.VOLATILE)
+
+
 def time_scale(mode: str, speed: float) -> float:
     """Sensor seconds per wall second: `speed` in replay mode, 1 in rate mode."""
     return speed if mode == 'replay' else 1.0
@@ -163,7 +171,6 @@ def run_publisher(args):
     """Publish the source at args.speed (see --mode), paced by wall time; print a summary."""
     import rclpy
     from event_camera_msgs.msg import EventPacket
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     # rate: sensor time runs with the wall clock, the source has `speed` times its event rate;
     # replay: the source as recorded, played `speed` times faster (ros2 bag play --rate).
     clock = time_scale(args.mode, args.speed)
@@ -189,10 +196,7 @@ def run_publisher(args):
     rclpy.init()
     try:
         node = rclpy.create_node('bench_publisher')
-        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
-                         reliability=ReliabilityPolicy.BEST_EFFORT,
-                         durability=DurabilityPolicy.VOLATILE)
-        publisher = node.create_publisher(EventPacket, f'/{NODE_NAME}/events', qos)
+        publisher = node.create_publisher(EventPacket, f'/{NODE_NAME}/events', driver_qos())
         deadline = time.monotonic() + 60
         while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -71,7 +71,6 @@ def run_publisher(args):
     """Publish the looped recording for args.minutes; print a summary line at the end."""
     import rclpy
     from event_camera_msgs.msg import EventPacket
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     packets, period_ns = looped_packets(args.rate)
     messages = []
     for packet in packets:
@@ -84,10 +83,8 @@ def run_publisher(args):
     rclpy.init()
     try:
         node = rclpy.create_node('soak_publisher')
-        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
-                         reliability=ReliabilityPolicy.BEST_EFFORT,
-                         durability=DurabilityPolicy.VOLATILE)  # as the drivers
-        publisher = node.create_publisher(EventPacket, f'/{NODE_NAME}/events', qos)
+        publisher = node.create_publisher(EventPacket, f'/{NODE_NAME}/events',
+                                          bench_node.driver_qos())
         while publisher.get_subscription_count() == 0:
             time.sleep(0.05)
         time.sleep(0.5)

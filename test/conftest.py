@@ -56,22 +56,24 @@ def project_root():
     return PROJECT_ROOT
 
 
+def _shared_data(name: str, what: str) -> pathlib.Path:
+    """Return ../shared/data/<name>; skip the test (saying what is missing) when absent."""
+    path = SHARED_DATA / name
+    if not path.is_dir():
+        pytest.skip(f'{what} not available at {path}')
+    return path
+
+
 @pytest.fixture(scope='session')
 def recordings_dir():
     """../shared/data/recordings (real event-camera bags); skips when absent."""
-    path = SHARED_DATA / 'recordings'
-    if not path.is_dir():
-        pytest.skip(f'real recordings not available at {path}')
-    return path
+    return _shared_data('recordings', 'real recordings')
 
 
 @pytest.fixture(scope='session')
 def published_models_dir():
     """../shared/data/veckm_flow_cpp_models (CC BY-NC, never bundled); skips when absent."""
-    path = SHARED_DATA / 'veckm_flow_cpp_models'
-    if not path.is_dir():
-        pytest.skip(f'published VecKM_flow_cpp weights not available at {path}')
-    return path
+    return _shared_data('veckm_flow_cpp_models', 'published VecKM_flow_cpp weights')
 
 
 @pytest.fixture(scope='session')
