@@ -34,7 +34,7 @@ from veckm_flow_ros.runtime import set_omp_wait_policy
 def recorded_blocks(model, speed, stride, block_ms):
     """Record the inputs of the estimator's encode calls on the demo scene at `speed` x."""
     from bench_estimator import compressed_stream
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
     calls = []
     encode = ops.encode
@@ -68,7 +68,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import torch
 
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     from veckm_flow_ros.core.model import load_model
     torch.set_num_threads(args.threads)
     model = load_model(args.model)

@@ -28,7 +28,7 @@ import time
 import torch
 from torch.profiler import profile, ProfilerActivity
 
-from veckm_flow_ros.core import ops
+from veckm_flow_ros import ops
 from veckm_flow_ros.offline import benchmark
 
 

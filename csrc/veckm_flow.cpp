@@ -16,7 +16,7 @@
 // their argument checks are in csrc/<op>.cpp; the kernels register with TORCH_LIBRARY_IMPL in
 // csrc/cpu/<op>_cpu.cpp and csrc/cuda/<op>_cuda.cu). The Python module veckm_flow_ros._C holds
 // no Python functions: importing it registers torch.ops.veckm_flow.*, which
-// veckm_flow_ros/core/ops.py wraps.
+// veckm_flow_ros/ops.py wraps.
 
 #include <Python.h>
 

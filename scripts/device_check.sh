@@ -64,7 +64,7 @@ fi
 echo "build exit $rc in $(( $(date +%s) - start )) s"
 if [ $rc -ne 0 ]; then grep -E 'error|Error' "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; fi
 ldd veckm_flow_ros/_C*.so | grep -E 'stdc\+\+|gomp|cudart'
-python3 -c 'import torch, veckm_flow_ros.core.ops; print(torch.ops.veckm_flow.encode.default._schema); \
+python3 -c 'import torch, veckm_flow_ros.ops; print(torch.ops.veckm_flow.encode.default._schema); \
 [print(op, "CUDA kernel:", torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA")) \
  for op in ("veckm_flow::encode", "veckm_flow::encode_naive", "veckm_flow::flow_mlp")]'
 

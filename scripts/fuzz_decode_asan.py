@@ -21,7 +21,7 @@ Fuzz the C++ EventPacket decoders under AddressSanitizer (and check them against
 
 Builds the CPU extension (csrc/*.cpp, csrc/cpu/*.cpp) with -fsanitize=address,undefined
 into a scratch directory outside the repository (--build-dir), installs it as
-veckm_flow_ros._C (so veckm_flow_ros.core.ops wraps the ASan-built ops),
+veckm_flow_ros._C (so veckm_flow_ros.ops wraps the ASan-built ops),
 then feeds the kernels random and mutated packets of every encoding: mutated packets of the
 real recordings (../shared/data/recordings, when present), random bytes, odd lengths, valid
 streams from packets.py with flipped bits, truncated cuts, extreme width/height/time_base,

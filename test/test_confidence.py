@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros.core import confidence, ops
+from veckm_flow_ros import ops
+from veckm_flow_ros.core import confidence
 from veckm_flow_ros.core.model import VecKMFlowModel
 from veckm_flow_ros.learning import simulate, train
 from veckm_flow_ros.offline import evaluate

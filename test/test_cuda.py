@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros.core import ops, reference
+from veckm_flow_ros import ops
+from veckm_flow_ros.core import reference
 from veckm_flow_ros.core.estimator import NormalFlowEstimator
 from veckm_flow_ros.eventio.events import EventArray
 

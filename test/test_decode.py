@@ -425,7 +425,7 @@ def test_opcheck_decode_ops(encoding):
     """torch.library.opcheck (schema incl. the in-place state, fake shapes) of each decoder."""
     needs_cpp()
     import torch
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     rng = np.random.default_rng(3)
     n = 300
     events = sort_for_vectors(EventArray(np.sort(rng.integers(0, 10**9, n)),

@@ -19,7 +19,8 @@ import math
 import pytest
 import torch
 
-from veckm_flow_ros.core import ops, reference
+from veckm_flow_ros import ops
+from veckm_flow_ros.core import reference
 from veckm_flow_ros.core.symmetry import symmetric_frequencies
 
 

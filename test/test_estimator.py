@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from veckm_flow_ros.core import ops
+from veckm_flow_ros import ops
 from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
 from veckm_flow_ros.core.model import load_model, VecKMFlowModel
 from veckm_flow_ros.eventio.events import EventArray

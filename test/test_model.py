@@ -184,7 +184,7 @@ def _c4_model(seed=0):
 
 @pytest.mark.parametrize('rows', [0, 1, 23, 24, 25, 1000])
 def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     if not ops.has_flow_mlp_c4():
         pytest.skip('flow_mlp_c4 needs x86-64 with AVX2 and FMA')
     for model in (_c4_model(0), _c4_model(1), load_model('veckm_r10_tau12ms'),
@@ -198,7 +198,7 @@ def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
 
 
 def test_c4_fourier_form_only_for_models_it_reproduces():
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     model = _c4_model()
     # Not equivariant any more: the dense kernel.
     broken = dataclasses.replace(model, w2=model.w2 + 0.01 * torch.randn(model.w2.shape))

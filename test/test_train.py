@@ -76,7 +76,7 @@ def test_standard_frequencies():
 
 
 def test_transformed_frequencies_encode_transformed_events():
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     rng = np.random.default_rng(0)
     n = 300
     t_ns = torch.from_numpy(np.sort(rng.integers(0, 10_000_000, n)))
@@ -114,7 +114,7 @@ def test_symmetric_frequencies_are_orbits(group_name):
 @pytest.mark.parametrize('group_name', ['c4', 'd4'])
 def test_equivariant_mlp_turns_the_flow_with_the_events(group_name):
     """Encode events and their rotated/flipped copy: the flows differ by the same G."""
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     recipe = train.Recipe(equivariance=group_name, num_features=32, hidden_size=32)
     freq = train.recipe_frequencies(recipe)
     torch.manual_seed(1)

@@ -15,6 +15,6 @@
 """
 The algorithm.
 
-The compiled VecKM ops, the model and its symmetries, the streaming estimator, per-flow
-confidence and the accuracy metrics. numpy + torch; no ROS.
+The model and its symmetries, the streaming estimator (on the compiled ops of
+veckm_flow_ros.ops), per-flow confidence and the accuracy metrics. numpy + torch; no ROS.
 """

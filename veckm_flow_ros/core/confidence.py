@@ -45,7 +45,7 @@ from typing import Tuple
 
 import torch
 
-from veckm_flow_ros.core import ops
+from veckm_flow_ros import ops
 from veckm_flow_ros.core.model import VecKMFlowModel
 
 # Flows slower than this [px/s] count as no motion (no direction) in agreement().

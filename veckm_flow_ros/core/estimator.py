@@ -42,7 +42,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Union
 import numpy as np
 import torch
 
-from veckm_flow_ros.core import ops
+from veckm_flow_ros import ops
 from veckm_flow_ros.core.model import load_model, VecKMFlowModel
 from veckm_flow_ros.eventio.events import EventArray
 

@@ -164,7 +164,7 @@ class VecKMFlowModel:
         features: float32 [M, 2D] (Re f then Im f). Returns float32 [M, 2] (u, v) in px/s,
         image axes (x right, y down).
         """
-        from veckm_flow_ros.core import ops
+        from veckm_flow_ros import ops
         if features.device.type == 'cpu' and self.c4_fourier_blocks is not None:
             blocks, groups = self.c4_fourier_blocks
             return ops.flow_mlp_c4(features, blocks, self.w3, groups, self.flow_scale_px_s)
@@ -180,7 +180,7 @@ class VecKMFlowModel:
         """
         if os.environ.get('VECKM_FLOW_MLP') in ('dense', 'blas'):
             return None
-        from veckm_flow_ros.core import ops
+        from veckm_flow_ros import ops
         if not ops.has_flow_mlp_c4():
             return None
         from veckm_flow_ros.core.symmetry import c4_fourier_blocks

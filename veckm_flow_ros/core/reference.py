@@ -22,7 +22,7 @@ Pure-torch references of the VecKM encoding: the test oracle and the benchmark b
   PixelEmbed. float32/complex64 like the reference implementation; the baseline of `bench`.
 - `flow_mlp_reference`: the MLP in float64.
 
-Conventions shared with the compiled ops (veckm_flow_ros.core.ops): events are (t_ns int64,
+Conventions shared with the compiled ops (veckm_flow_ros.ops): events are (t_ns int64,
 x int, y int); events outside the image are not context; a target whose own pixel is outside
 the image is not encoded (count 0, features 0, i.e. invalid). Features are float [M, 2D] =
 concat(Re f, Im f).

@@ -38,7 +38,7 @@ stateful across messages), 'libcaer_cmp' (time restarts at time_base in every me
 time_base) and 'trigger'.
 
 Two backends give identical results: the C++ kernels of the torch extension
-(veckm_flow_ros.core.ops.decode_*, csrc/cpu/decode_cpu.cpp; the default when the extension
+(veckm_flow_ros.ops.decode_*, csrc/cpu/decode_cpu.cpp; the default when the extension
 is importable) and the vectorised numpy reference (decode_numpy.py).
 """
 
@@ -84,7 +84,7 @@ def _load_extension():
     if not _EXTENSION:
         try:
             import torch
-            from veckm_flow_ros.core import ops  # loads veckm_flow_ros._C
+            from veckm_flow_ros import ops  # loads veckm_flow_ros._C
             _EXTENSION.append((torch, ops))
         except (ImportError, OSError):
             _EXTENSION.append(None)

@@ -202,7 +202,7 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
 
 
 def _encode(events_slice, targets, width, height, freq, tau_s, pixel_radius):
-    from veckm_flow_ros.core import ops
+    from veckm_flow_ros import ops
     t_ns, x, y = events_slice
     return ops.encode(t_ns, x, y, targets, width, height, freq[0], freq[1], freq[2], tau_s,
                       pixel_radius)

@@ -43,7 +43,8 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from veckm_flow_ros.core import ops, reference
+from veckm_flow_ros import ops
+from veckm_flow_ros.core import reference
 
 WIDTH, HEIGHT = 640, 480
 TAU_S = 0.012
