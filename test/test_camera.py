@@ -90,8 +90,7 @@ K_OK = [300.0, 0.0, 160.0, 0.0, 300.0, 120.0, 0.0, 0.0, 1.0]
     ((320, 240, K_OK[:8], [], 'plumb_bob'), 'K needs 9 values, got 8'),
     ((320, 240, K_OK, [0.1, 0.2], 'plumb_bob'), 'plumb_bob needs 5 coefficients D, got 2'),
     ((320, 240, K_OK, [0.1] * 5, 'equidistant'), 'equidistant needs 4 coefficients D, got 5'),
-    ((320, 240, K_OK, [], 'rational_polynomial'), "unknown distortion model "
-                                                  "'rational_polynomial'"),
+    ((320, 240, K_OK, [], 'rational_polynomial'), 'unknown distortion model'),
     ((320, 240, K_OK[:8] + [2.0], [], 'plumb_bob'), 'must be [[fx, s, cx]'),
     ((320, 240, K_OK, [float('nan')] * 5, 'plumb_bob'), 'D are not finite'),
 ])
