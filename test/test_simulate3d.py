@@ -149,7 +149,7 @@ def test_full_size_image_speeds_are_in_the_documented_range(trajectory):
 
 def test_event_count_noise_and_ground_truth_columns():
     noise_hz = 2.0
-    scene, sequence = _sequence('constant', seed=6, duration_s=0.05, noise_hz=noise_hz)
+    scene, sequence = _sequence('turning', seed=6, duration_s=0.05, noise_hz=noise_hz)
     n_noise = int(sequence.is_noise.sum())
     expected = noise_hz * WIDTH * HEIGHT * 0.05
     assert abs(n_noise - expected) < 5 * math.sqrt(expected)
