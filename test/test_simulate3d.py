@@ -247,6 +247,10 @@ def test_bad_arguments_name_the_value():
     scene = simulate3d.make_scene3d('constant', width=16, height=12)
     with pytest.raises(ValueError, match='duration must be positive'):
         simulate3d.simulate3d(scene, 0.0)
+    # The approach reaches the wall after its time to contact (at most 3 s).
+    scene = simulate3d.make_scene3d('approach', width=16, height=12)
+    with pytest.raises(ValueError, match='camera reaches a wall'):
+        simulate3d.simulate3d(scene, 4.0)
 
 
 def test_heldout_specs_are_distinct_and_cover_the_trajectories():
@@ -273,8 +277,16 @@ def test_cli_writes_events_gyro_and_camera(tmp_path, capsys):
     named = tmp_path / 'g.npz'
     assert main(['simulate', '--scene', '3d', '--out', str(tmp_path / 'b.npz'), '--width',
                  '32', '--height', '24', '--duration-s', '0.01', '--gyro-out', str(named),
-                 '--camera-out', str(tmp_path / 'cam.yaml')]) == 0
+                 '--camera-out', str(tmp_path / 'cam.yaml'), '--bag',
+                 str(tmp_path / 'bag')]) == 0
     assert named.exists() and (tmp_path / 'cam.yaml').exists()
+    from veckm_flow_ros.eventio.bag import EventBag
+    with EventBag(tmp_path / 'bag') as bag:
+        topics = bag.topics()
+    assert topics['/imu/data'].msgtype == 'sensor_msgs/msg/Imu'
+    assert topics['/imu/data'].message_count == 11
+    assert topics['/event_camera/camera_info'].message_count == 1
+    assert topics['/event_camera/events'].message_count >= 1
     capsys.readouterr()
 
 

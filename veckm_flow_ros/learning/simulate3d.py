@@ -599,13 +599,16 @@ def _make_trajectory(kind, rng):
     zero = np.zeros(3)
     if kind == 'constant':
         direction = _unit([rng.uniform(-0.6, 0.6), rng.uniform(-0.15, 0.15), 1.0])
-        omega = rng.uniform(0.15, 0.6) * _unit(rng.normal(0.0, 1.0, 3))
-        return Trajectory(kind, rng.uniform(1.0, 2.5) * direction, zero, omega, zero), None
+        omega = rng.uniform(0.2, 0.6) * _unit(rng.normal(0.0, 1.0, 3))
+        return Trajectory(kind, rng.uniform(1.2, 2.5) * direction, zero, omega, zero), None
     if kind == 'accelerating':
         direction = _unit([rng.uniform(-0.3, 0.3), rng.uniform(-0.1, 0.1), 1.0])
         accel = rng.uniform(3.0, 6.0) * direction + rng.normal(0.0, 0.5, 3)
-        return Trajectory(kind, rng.uniform(0.2, 0.6) * direction, accel,
-                          rng.normal(0.0, 0.2, 3), rng.normal(0.0, 1.0, 3)), None
+        # Mostly yaw: a pitching camera would soon look at the sky above the walls.
+        omega = rng.uniform(0.2, 0.4) * _unit(rng.normal(0.0, [0.3, 1.0, 0.3]))
+        angular_accel = rng.normal(0.0, [0.2, 0.6, 0.2])
+        return Trajectory(kind, rng.uniform(0.4, 0.8) * direction, accel, omega,
+                          angular_accel), None
     if kind == 'turning':
         omega = np.array([rng.normal(0.0, 0.1), rng.choice([-1, 1]) * rng.uniform(1.5, 3.0),
                           rng.normal(0.0, 0.1)])
@@ -672,7 +675,7 @@ def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortio
     half_width = rng.uniform(3.0, 6.0)
     front = wall_m if wall_m is not None else rng.uniform(7.0, 12.0)
     back = rng.uniform(4.0, 8.0)
-    wall_height = rng.uniform(2.5, 5.0)
+    wall_height = rng.uniform(3.0, 6.0)
     top = camera_height - wall_height
     ex, ey, ez = np.eye(3)
     planes = [
@@ -688,8 +691,10 @@ def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortio
                         back, focal, texture, {'name': 'back wall'}),
     ]
     near = 0.6 * front if wall_m is not None else 2.5
+    # Smaller boxes in front of a near wall (approach), so that some fit between camera and wall.
+    box_scale = min(1.0, (front - near) / 3.0)
     for box in range(int(rng.integers(3, 6))):
-        size = rng.uniform(0.3, 1.5, 3)
+        size = rng.uniform(0.3, 1.5, 3) * box_scale
         radius = 0.5 * math.hypot(size[0], size[2])
         position = rng.uniform(0.0, 1.0, 2)
         if near + radius > front - radius - 0.05:
@@ -785,6 +790,23 @@ class SimulatedSequence3D(SimulatedSequence):
         return ttc.astype(np.float32)
 
 
+def _check_inside_room(scene, duration_s):
+    """Raise ValueError when the camera would reach a wall or the ground within duration_s."""
+    room = scene.description.get('room_m')
+    if not room:
+        return
+    t_s = np.linspace(0.0, duration_s, int(math.ceil(duration_s * 1000)) + 1)
+    _, position = scene.trajectory.pose(t_s)  # also integrates the pose grid once
+    margin = 0.05
+    outside = (np.abs(position[:, 0]) > room['half_width'] - margin) \
+        | (position[:, 2] > room['front'] - margin) | (position[:, 2] < margin - room['back']) \
+        | (position[:, 1] > scene.description['camera_height_m'] - margin)
+    if outside.any():
+        t_out = t_s[np.argmax(outside)]
+        raise ValueError(f'the camera reaches a wall or the ground of this scene at t = '
+                         f'{t_out:.3f} s; simulate less than that (duration {duration_s} s)')
+
+
 def _occlusion_mask(depth, surface):
     """Pixels (H, W) bool next to a depth discontinuity between two surfaces."""
     mask = np.zeros(depth.shape, bool)
@@ -811,10 +833,10 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     """
     if not (duration_s > 0 and math.isfinite(duration_s)):
         raise ValueError(f'duration must be positive, got {duration_s} s')
+    _check_inside_room(scene, duration_s)
     rng = np.random.default_rng(seed)
     sensor = scene.sensor
     width, height = scene.width, scene.height
-    scene.trajectory.pose(duration_s)  # integrate the pose grid once
     level_prev, depth_prev, surface_prev = scene.render(0.0)
     pixels = PixelState.start(sensor, rng, level_prev)
     edge_prev = _occlusion_mask(depth_prev, surface_prev)
@@ -822,6 +844,7 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     t_prev = 0.0
     next_report = 0.1 * duration_s
     count = 0
+    steps = 0
     while t_prev < duration_s:
         speed = scene.max_speed_px_s(depth_prev, t_prev)
         # 10 % margin: the twist changes during the step.
@@ -847,6 +870,7 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
         level_prev, depth_prev, surface_prev, edge_prev = level_cur, depth_cur, surface_cur, \
             edge_cur
         t_prev = t_cur
+        steps += 1
         if progress is not None and t_prev >= next_report:
             progress(t_prev, count)
             next_report += 0.1 * duration_s
@@ -893,7 +917,8 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     sigma = gyro.noise_density_rad_s_sqrt_hz * math.sqrt(gyro.rate_hz)
     gyro_rad_s = gt_omega + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
     description = dict(scene.description, duration_s=duration_s, sim_seed=seed,
-                       gyro_bias_rad_s=bias.tolist(), gyro_noise_sigma_rad_s=sigma)
+                       render_steps=steps, gyro_bias_rad_s=bias.tolist(),
+                       gyro_noise_sigma_rad_s=sigma)
     return SimulatedSequence3D(
         events, flow[order].astype(np.float32), is_noise[order], width, height, description,
         scene.camera, depth[order].astype(np.float32), edge[order], gt_t_s, gt_v, gt_omega,
