@@ -172,15 +172,16 @@ def test_event_count_noise_and_ground_truth_columns():
 
 
 def test_gyro_has_the_documented_bias_and_noise():
-    gyro = simulate3d.GyroConfig(rate_hz=2000.0, noise_density_rad_s_sqrt_hz=1e-3,
+    gyro = simulate3d.GyroConfig(rate_hz=10000.0, noise_density_rad_s_sqrt_hz=1e-3,
                                  bias_sigma_rad_s=0.02)
     scene = simulate3d.make_scene3d('turning', seed=8, width=32, height=24, gyro=gyro)
-    sequence = simulate3d.simulate3d(scene, 0.5, seed=8)
+    sequence = simulate3d.simulate3d(scene, 0.1, seed=8)
     assert len(sequence.gyro_t_s) == 1001
-    np.testing.assert_allclose(np.diff(sequence.gyro_t_s), 1 / 2000.0)
+    np.testing.assert_allclose(np.diff(sequence.gyro_t_s), 1e-4)
+    np.testing.assert_array_equal(sequence.gyro_t_s, sequence.gt_t_s)
     error = sequence.gyro_rad_s - sequence.gt_omega_rad_s
     bias = np.array(sequence.description['gyro_bias_rad_s'])
-    sigma = 1e-3 * math.sqrt(2000.0)
+    sigma = 1e-3 * math.sqrt(10000.0)
     assert sequence.description['gyro_noise_sigma_rad_s'] == pytest.approx(sigma)
     np.testing.assert_allclose(error.mean(0), bias, atol=4 * sigma / math.sqrt(1001))
     np.testing.assert_allclose(error.std(0), sigma, rtol=0.15)
