@@ -80,10 +80,13 @@ FOCAL_PER_WIDTH = 250.0 / 346.0
 OCCLUSION_DEPTH_RATIO = 0.03
 # Pose integration grid [s].
 POSE_STEP_S = 1e-4
+# Random textures of the ground and the walls: not the periodic ones (gratings, checker),
+# which would make most of the image ambiguous under the aperture problem; boxes use all.
+ROOM_TEXTURES = ('noise', 'edges', 'polygons', 'bars', 'pink', 'blobs')
 # Largest texture raster of a plane [texels].
 MAX_TEXTURE_PX = 1024
 # Largest stretch of a pixel's footprint on a grazing surface used for the mip level.
-MAX_FOOTPRINT_STRETCH = 4.0
+MAX_FOOTPRINT_STRETCH = 16.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,7 +130,8 @@ class Trajectory:
     Camera body twist linear in time, in the camera optical frame.
 
     v0_m_s, accel_m_s2: linear velocity at t = 0 and its rate; omega0_rad_s,
-    angular_accel_rad_s2: angular velocity at t = 0 and its rate. All (3,) float64.
+    angular_accel_rad_s2: angular velocity at t = 0 and its rate. All (3,) float64. The pose
+    grid is cached: build a new Trajectory rather than changing these after use.
     """
 
     kind: str
@@ -232,8 +236,9 @@ class Plane:
     A textured rectangle: origin_m + s axis_u + t axis_v, 0 <= s <= size_m[0], 0 <= t <= size[1].
 
     atlas: float32 raster holding the log-intensity mip pyramid (level 0 = the texture, texel
-    size texel_m; each level padded by one texel for bilinear reads at its reflected border);
-    level_size, level_x0, level_y0: per level raster size and position in the atlas.
+    size texel_m, covering the whole rectangle; each level padded by one mirrored texel for
+    bilinear reads at its far border); level_size, level_x0, level_y0: per level raster size
+    and position in the atlas.
     """
 
     origin_m: np.ndarray
@@ -472,7 +477,7 @@ class Scene3D:
             cosine = np.abs(_dot(tuple(c[pixels] for c in columns), plane.normal)) \
                 / self._ray_length[pixels]
             stretch = np.minimum(1.0 / np.maximum(cosine, 1e-6), MAX_FOOTPRINT_STRETCH)
-            footprint = depth[pixels] * self._ray_length[pixels] / focal * stretch
+            footprint = depth[pixels] / focal * stretch
             level[pixels] = plane.sample(hit_u[pixels], hit_v[pixels], footprint)
         depth = np.where(self._valid, depth, np.nan)
         index[~self._valid] = -1
@@ -629,13 +634,13 @@ def _texel_m(depth_m, focal_px):
 
 
 def _textured_plane(rng, origin, axis_u, axis_v, size_m, depth_m, focal_px, texture,
-                    description):
+                    description, choices=simulate.TEXTURES):
     texel = _texel_m(depth_m, focal_px)
     raster = int(np.clip(2 ** math.ceil(math.log2(max(max(size_m) / texel, 1.0))), 64,
                          MAX_TEXTURE_PX))
     # The raster covers the whole plane (large planes get coarser texels).
     texel = max(texel, max(size_m) / (raster - 1))
-    kind = str(rng.choice(simulate.TEXTURES)) if texture == 'random' else texture
+    kind = str(rng.choice(choices)) if texture == 'random' else texture
     log_texture = rng.uniform(0.4, 1.2) * simulate.make_texture(kind, raster, rng) \
         + rng.uniform(-1.0, 1.0)
     return Plane.textured(origin, axis_u, axis_v, size_m, texel, log_texture,
@@ -680,15 +685,20 @@ def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortio
     ex, ey, ez = np.eye(3)
     planes = [
         _textured_plane(rng, [-half_width, camera_height, -back], ex, ez,
-                        (2 * half_width, front + back), 4.0, focal, texture, {'name': 'ground'}),
+                        (2 * half_width, front + back), 4.0, focal, texture, {'name': 'ground'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [-half_width, top, front], ex, ey, (2 * half_width, wall_height),
-                        front, focal, texture, {'name': 'front wall'}),
+                        front, focal, texture, {'name': 'front wall'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [-half_width, top, -back], ez, ey, (front + back, wall_height),
-                        half_width, focal, texture, {'name': 'left wall'}),
+                        half_width, focal, texture, {'name': 'left wall'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [half_width, top, -back], ez, ey, (front + back, wall_height),
-                        half_width, focal, texture, {'name': 'right wall'}),
+                        half_width, focal, texture, {'name': 'right wall'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [-half_width, top, -back], ex, ey, (2 * half_width, wall_height),
-                        back, focal, texture, {'name': 'back wall'}),
+                        back, focal, texture, {'name': 'back wall'},
+                        ROOM_TEXTURES),
     ]
     near = 0.6 * front if wall_m is not None else 2.5
     # Smaller boxes in front of a near wall (approach), so that some fit between camera and wall.
