@@ -391,15 +391,31 @@ def _hit(plane, origin_m, columns):
 @dataclass
 class GyroConfig:
     """
-    Gyroscope model (camera frame).
+    Gyroscope model.
 
     Defaults: a consumer MEMS IMU (BMI088-class noise density 0.014 deg/s/sqrt(Hz)), an
-    uncalibrated bias of about 0.3 deg/s per axis.
+    uncalibrated bias of about 0.3 deg/s per axis, aligned with the camera and on its clock.
+    rotation_cam_imu (9 values, row-major) and time_offset_s have the meaning of
+    core.egomotion.GyroBuffer's arguments: omega_camera = R omega_imu, camera time = IMU
+    time + time_offset_s; the samples are then omega_imu = R^T omega_camera + bias + noise at
+    IMU times gt_t_s - time_offset_s.
     """
 
     rate_hz: float = 1000.0
     noise_density_rad_s_sqrt_hz: float = 2.4e-4
     bias_sigma_rad_s: float = 5e-3
+    rotation_cam_imu: tuple = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
+    time_offset_s: float = 0.0
+
+    def __post_init__(self):
+        rotation = np.asarray(self.rotation_cam_imu, np.float64)
+        if rotation.size != 9 or not np.allclose(rotation.reshape(3, 3) @ rotation.reshape(
+                3, 3).T, np.eye(3), atol=1e-6) or np.linalg.det(rotation.reshape(3, 3)) < 0:
+            raise ValueError(f'rotation_cam_imu must be a 3x3 rotation matrix (9 values), got '
+                             f'{rotation.tolist()}')
+        if not (self.rate_hz > 0 and math.isfinite(self.time_offset_s)):
+            raise ValueError(f'gyro rate must be > 0 Hz and the time offset finite, got '
+                             f'{self.rate_hz} Hz, {self.time_offset_s} s')
 
 
 @dataclass
@@ -925,14 +941,16 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     gyro_rng = np.random.default_rng([seed, 1])
     bias = gyro_rng.normal(0.0, gyro.bias_sigma_rad_s, 3)
     sigma = gyro.noise_density_rad_s_sqrt_hz * math.sqrt(gyro.rate_hz)
-    gyro_rad_s = gt_omega + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
+    rotation = np.asarray(gyro.rotation_cam_imu, np.float64).reshape(3, 3)
+    omega_imu = gt_omega if np.array_equal(rotation, np.eye(3)) else gt_omega @ rotation
+    gyro_rad_s = omega_imu + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
     description = dict(scene.description, duration_s=duration_s, sim_seed=seed,
                        render_steps=steps, gyro_bias_rad_s=bias.tolist(),
                        gyro_noise_sigma_rad_s=sigma)
     return SimulatedSequence3D(
         events, flow[order].astype(np.float32), is_noise[order], width, height, description,
         scene.camera, depth[order].astype(np.float32), edge[order], gt_t_s, gt_v, gt_omega,
-        gt_t_s.copy(), gyro_rad_s)
+        gt_t_s - gyro.time_offset_s, gyro_rad_s)
 
 
 def heldout_3d_specs(count):
@@ -984,6 +1002,8 @@ def save_gyro_npz(sequence, path):
     np.savez_compressed(path, t=sequence.gyro_t_s, wx=sequence.gyro_rad_s[:, 0],
                         wy=sequence.gyro_rad_s[:, 1], wz=sequence.gyro_rad_s[:, 2],
                         description=np.array(json.dumps({
-                            'frame': 'camera optical frame (x right, y down, z forward)',
+                            'frame': 'IMU frame: omega_camera = rotation_cam_imu omega_imu '
+                                     '(identity by default: camera optical frame, x right, y '
+                                     'down, z forward); camera time = t + time_offset_s',
                             'gyro': sequence.description.get('gyro', {}),
                             'bias_rad_s': sequence.description.get('gyro_bias_rad_s')})))
