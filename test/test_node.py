@@ -422,8 +422,9 @@ def test_flow_from_a_real_evt3_recording(harness_factory, recordings_dir):
     assert harness.clouds, 'no ~/flow message'
     cloud = harness.clouds[0]
     assert [(f.name, f.offset, f.datatype, f.count) for f in cloud.fields] == [
-        ('x', 0, 7, 1), ('y', 4, 7, 1), ('t', 8, 7, 1), ('u', 12, 7, 1), ('v', 16, 7, 1)]
-    assert (cloud.height, cloud.point_step, cloud.is_bigendian) == (1, 20, False)
+        ('x', 0, 7, 1), ('y', 4, 7, 1), ('t', 8, 7, 1), ('u', 12, 7, 1), ('v', 16, 7, 1),
+        ('validity', 20, 7, 1)]
+    assert (cloud.height, cloud.point_step, cloud.is_bigendian) == (1, 24, False)
     assert {c.header.frame_id for c in harness.clouds} == {sent[0].msg.header.frame_id}
     # Stamps: ROS time of the newest event of each block, inside the recording's stamps.
     stamps = np.array([stamp_to_ns(c.header.stamp) for c in harness.clouds])
@@ -667,7 +668,7 @@ def test_confidence_field_when_enabled(harness_factory):
     assert harness.wait_idle()
     assert harness.clouds, 'no ~/flow message'
     names = [f.name for f in harness.clouds[0].fields]
-    assert names == ['x', 'y', 't', 'u', 'v', 'confidence']
+    assert names == ['x', 'y', 't', 'u', 'v', 'validity', 'confidence']
     confidence = harness.flow_points()['confidence']
     assert len(confidence) > 0
     assert np.all((confidence >= 0) & (confidence <= 1))  # NaN fails too

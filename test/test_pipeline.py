@@ -394,8 +394,9 @@ def test_publish_confidence_adds_the_field(model, default_run):
     _, with_confidence = _run(model, publish_confidence=True)
     points = _all_points(with_confidence)
     assert 'confidence' not in plain.points[0].dtype.names
-    assert points.dtype.names == ('x', 'y', 't', 'u', 'v', 'confidence')
+    assert points.dtype.names == ('x', 'y', 't', 'u', 'v', 'validity', 'confidence')
     assert np.all((points['confidence'] >= 0) & (points['confidence'] <= 1))
+    np.testing.assert_array_equal(points['validity'], _all_points(plain)['validity'])
     np.testing.assert_array_equal(points['u'], _all_points(plain)['u'])
 
 
