@@ -248,12 +248,13 @@ def _cloud_stamp_and_width(raw: bytes):
     return sec * 1_000_000_000 + nanosec, width
 
 
-def _cloud_oldest_offset_ns(raw: bytes, width: int, point_step: int = 20) -> int:
+def _cloud_oldest_offset_ns(raw: bytes, width: int, point_step: int = 24) -> int:
     """
     Sensor time of the message's oldest flow relative to its stamp [ns, <= 0].
 
-    The node's points are float32 x, y, t, u, v (t: seconds relative to the stamp); the data
-    array ends the CDR buffer, followed by is_dense (1 byte). Returns 0 if the layout differs.
+    The node's points are float32 x, y, t, u, v, validity (t: seconds relative to the
+    stamp; eventio.flow_cloud); the data array ends the CDR buffer, followed by is_dense (1
+    byte). Returns 0 if the layout differs.
     """
     size = width * point_step
     if width == 0 or len(raw) < size + 5 or \

@@ -577,9 +577,12 @@ class NormalFlowEstimator:
                                          model.tau_s, model.pixel_radius)
             flow = model.predict_flow_px_s(features)
             confidence = None
+        return flow, confidence, self._validity(x, y, target_index, count)
+
+    def _validity(self, x, y, target_index, count) -> torch.Tensor:
+        """Validity float32 [M] of the targets (core/validity.py) from the encoder's count."""
         neighbours = neighbour_counts(x, y, target_index, count, self.width, self.height)
-        return flow, confidence, validity_from_neighbours(neighbours, model.pixel_radius,
-                                                          model.tau_s)
+        return validity_from_neighbours(neighbours, self.model.pixel_radius, self.model.tau_s)
 
     def _trim(self):
         """Drop buffered events that no pending block needs."""
