@@ -44,7 +44,7 @@ import torch
 
 from veckm_flow_ros import ops
 from veckm_flow_ros.core.model import load_model, VecKMFlowModel
-from veckm_flow_ros.core.validity import neighbour_counts, validity_from_neighbours
+from veckm_flow_ros.core.validity import NeighbourCounter, validity_from_neighbours
 from veckm_flow_ros.eventio.events import EventArray
 
 LOGGER = logging.getLogger(__name__)
@@ -297,6 +297,7 @@ class NormalFlowEstimator:
         self.confidence = bool(confidence)
         self.rotation_mean = bool(rotation_mean)
         self.min_validity = check_min_validity(min_validity)
+        self._neighbours = NeighbourCounter(self.width, self.height)
         self.device = _check_device(device)
         self.model = model.to(self.device)
         if self.device.type == 'cpu':
@@ -581,7 +582,7 @@ class NormalFlowEstimator:
 
     def _validity(self, x, y, target_index, count) -> torch.Tensor:
         """Validity float32 [M] of the targets (core/validity.py) from the encoder's count."""
-        neighbours = neighbour_counts(x, y, target_index, count, self.width, self.height)
+        neighbours = self._neighbours(x, y, target_index, count)
         return validity_from_neighbours(neighbours, self.model.pixel_radius, self.model.tau_s)
 
     def _trim(self):
