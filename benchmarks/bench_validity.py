@@ -59,7 +59,7 @@ def _log(message):
 
 
 def make_estimator(model, width, height, min_validity, validity=True):
-    """The node's estimator for this sensor; validity=False: the validity step is a constant."""
+    """Return the node's estimator for this sensor (validity=False: a constant validity)."""
     from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
 
     class Timed(NormalFlowEstimator):
@@ -78,7 +78,7 @@ def make_estimator(model, width, height, min_validity, validity=True):
 
 
 def kept_mask(model, events, width, height, min_validity):
-    """Bool [N]: which events got a published flow."""
+    """Return (bool [N]: which events got a published flow, flows float32 [N, 2])."""
     from veckm_flow_ros.core.estimator import FlowBlock
     estimator = make_estimator(model, width, height, min_validity)
     blocks = []
@@ -152,8 +152,9 @@ def packets_of(events):
 
 def block_cpu_s(model, packets, width, height, variant, min_validity):
     """
-    CPU seconds of this thread per block (estimator pushes + ~/flow point packing), flows per
-    block, and the share of the CPU time spent in the validity step.
+    Return the CPU time per block [s], flows per block and the validity step's CPU share.
+
+    CPU time of this thread: estimator pushes + ~/flow point packing.
     """
     from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
     estimator = make_estimator(model, width, height,

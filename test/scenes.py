@@ -59,7 +59,7 @@ def background_noise(duration_s=0.3, t0_ns=1_000_000_000, rate_hz_per_px=0.5, wi
 
 
 def hot_pixel(x, y, duration_s=0.3, t0_ns=1_000_000_000, rate_hz=2000.0):
-    """A pixel firing on its own at rate_hz (a hot pixel): EventArray sorted by time."""
+    """Return the events of a pixel firing on its own at rate_hz (a hot pixel)."""
     from veckm_flow_ros.eventio.events import EventArray
     t_ns = t0_ns + np.arange(0, int(duration_s * 1e9), int(1e9 / rate_hz), dtype=np.int64)
     n = len(t_ns)

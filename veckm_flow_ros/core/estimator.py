@@ -550,11 +550,11 @@ class NormalFlowEstimator:
 
     def _encode_and_predict(self, context, targets: np.ndarray):
         """
-        Return (flow float32 [M, 2] px/s, confidence float32 [M] or None, validity float32
-        [M]) on the device.
+        Return (flow px/s, confidence or None, validity) of the targets, on the device.
 
-        context: (t_ns, x, y) tensors on the device; targets: positions within it, an array
-        or a (begin, end) range.
+        flow float32 [M, 2], confidence float32 [M], validity float32 [M]. context: (t_ns, x,
+        y) tensors on the device; targets: positions within it, an array or a (begin, end)
+        range.
         """
         model = self.model
         t_ns, x, y = context
@@ -581,7 +581,7 @@ class NormalFlowEstimator:
         return flow, confidence, self._validity(x, y, target_index, count)
 
     def _validity(self, x, y, target_index, count) -> torch.Tensor:
-        """Validity float32 [M] of the targets (core/validity.py) from the encoder's count."""
+        """Return the targets' validity float32 [M] (core/validity.py) from the encoder's count."""
         neighbours = self._neighbours(x, y, target_index, count)
         return validity_from_neighbours(neighbours, self.model.pixel_radius, self.model.tau_s)
 

@@ -66,7 +66,7 @@ class NeighbourCounter:
     def __call__(self, x: torch.Tensor, y: torch.Tensor, target_index: torch.Tensor,
                  count: torch.Tensor) -> torch.Tensor:
         """
-        Neighbour counts int32 [M] >= 0, on the device of x.
+        Return the neighbour counts int32 [M] >= 0, on the device of x.
 
         x, y: int32 [N] pixels of the context events (all inside the image), target_index:
         int64 [M] positions of the targets among them, count: int32 [M] the encoder's C_n
@@ -88,14 +88,14 @@ class NeighbourCounter:
 
 def neighbour_counts(x: torch.Tensor, y: torch.Tensor, target_index: torch.Tensor,
                      count: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """NeighbourCounter(width, height)(x, y, target_index, count), for one call."""
+    """Return NeighbourCounter(width, height)(x, y, target_index, count) (one call)."""
     return NeighbourCounter(width, height)(x, y, target_index, count)
 
 
 def validity_from_neighbours(neighbours: torch.Tensor, pixel_radius: int,
                              tau_s: float) -> torch.Tensor:
     """
-    Validity float32 [M] in [0, 1) from neighbour counts (neighbour_counts) of a model.
+    Return the validity float32 [M] in [0, 1) of neighbour counts (NeighbourCounter).
 
     pixel_radius: r [px]; tau_s: the model's tau [s] (the context slice is 2 tau).
     """

@@ -38,8 +38,9 @@ reports. docs/threading.md explains the threads; in short:
 Memory is bounded by configuration: the queue (max_queued_events), the decoded batches
 (MAX_DECODED_BATCHES x MAX_BATCH_EVENTS events), the estimator (max_buffered_events), one
 context copy per block in flight (compute_threads + 1) and the per-pixel tables of the
-encoder and the flow image (max_sensor_width_px x max_sensor_height_px: larger packets are
-dropped by the front end; the old estimator is released when the size changes).
+encoder, the validity (4 bytes a pixel per computing thread) and the flow image
+(max_sensor_width_px x max_sensor_height_px: larger packets are dropped by the front end;
+the old estimator is released when the size changes).
 
 Stamps: each block's stamp must lie within [first header stamp of the stream -
 time_sync_max_jump_ms, header stamp of the packet that completed it + 2 time_sync_max_jump_ms]
