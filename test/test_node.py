@@ -923,6 +923,8 @@ def test_diagnostics_report_what_the_input_did(harness_factory):
                       'failed block computations (total)': '0', 'queued events': '0',
                       'estimator dropped events (total)': '0'}
     assert received_flows > 0.5 * (len(events) + len(again))
+    assert values['flows left out, validity below min_validity (total)'] == \
+        str(totals['low_validity_flows'])
     assert arrays[-1].status[0].hardware_id == 'event_camera'
     # Events in: the rates times the periods (header stamps) add up to the events sent.
     stamps_s = np.array([stamp_to_ns(a.header.stamp) for a in arrays[first:]]) * 1e-9
