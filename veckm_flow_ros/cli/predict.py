@@ -95,5 +95,5 @@ def run(args) -> int:
     if estimator.low_validity_flows:
         dropped['low_validity'] = estimator.low_validity_flows
     print(f'predict: wrote {len(flows)} flows to {out}'
-          + (f' (dropped events: {dropped})' if dropped else ''), file=sys.stderr)
+          + (f' (events without a flow: {dropped})' if dropped else ''), file=sys.stderr)
     return 0
