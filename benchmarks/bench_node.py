@@ -480,7 +480,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
     parser.add_argument('--role', choices=('main', 'publisher'), default='main')
     parser.add_argument('--model', help='model for the node (path or shipped name)')
-    parser.add_argument('--configs', nargs='+', default=['every', 'stride8'], choices=list(CONFIGS))
+    parser.add_argument('--configs', nargs='+', default=['every', 'stride8'],
+                        choices=list(CONFIGS))
     parser.add_argument('--sources', nargs='+', default=['real', 'synthetic'],
                         choices=('real', 'synthetic'))
     parser.add_argument('--speeds', nargs='+', type=float, default=[1.0, 4.0, 10.0])
