@@ -22,15 +22,16 @@ Subscriptions
 Publications (reliable, volatile; keep last 100 for ~/flow, 10 for the others)
     ~/flow         sensor_msgs/msg/PointCloud2   one point per flow, float32 fields
                    x, y [px], t [s, relative to header.stamp, <= 0], u, v [px/s, x right,
-                   y down], + confidence [0..1] when publish_confidence; header.stamp = ROS
-                   time of the newest flow's event of the block; frame_id copied from the
-                   input. One message per block; invalid flows are left out.
+                   y down], validity [0..1], + confidence [0..1] when publish_confidence;
+                   header.stamp = ROS time of the newest flow's event of the block;
+                   frame_id copied from the input. One message per block; invalid flows
+                   (NaN/Inf) and flows of validity below min_validity are left out.
     ~/flow_image   sensor_msgs/msg/Image bgr8 at image_rate_hz, only while subscribed:
                    hue = flow direction, brightness = speed, black = no flow, legend wheel.
     /diagnostics   diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s: input
                    events/s, flows/s, latency p50/p99 [ms] (event time -> publish), seq gaps,
                    dropped packets, decode problems, stream resets, time sync jumps, queue
-                   fill.
+                   fill, flows left out for low validity.
 
 Parameters: stream/parameters.py (PARAMETERS: names, types, ranges, units, defaults;
 config/veckm_flow.yaml mirrors the defaults). All are read-only except image_max_speed_px_s.
@@ -325,6 +326,8 @@ class VecKMFlowNode(Node):
                 str(totals['implausible_stamps']),
             'estimator dropped events (total)': str(self.pipeline.estimator_drops()),
             'flows (total)': str(totals['flows']),
+            'flows left out, validity below min_validity (total)':
+                str(totals['low_validity_flows']),
         }
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: normal flow',
                                   message=message, hardware_id=self._frame_id,

@@ -31,7 +31,7 @@ class Statistics:
               'missed_packets',
               'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
               'failed_blocks', 'estimator_resets', 'time_sync_jumps', 'implausible_stamps',
-              'images')
+              'images', 'low_validity_flows')
 
     def __init__(self):
         self._lock = threading.Lock()
