@@ -453,12 +453,13 @@ class EgomotionStream:
     def drain(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued window is computed (for tests and replays)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:
             with self._wake:
                 if not self._queue and not self._busy:
                     return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.002)
-        return False
 
     _busy = False
 
