@@ -99,7 +99,7 @@ class EgomotionConfig:
 
     @classmethod
     def names(cls):
-        """List the parameter names (for the node's parameter declarations)."""
+        """List the names of the parameters, for the node's parameter declarations."""
         return [item.name for item in fields(cls)]
 
 
