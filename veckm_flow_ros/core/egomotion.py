@@ -63,10 +63,10 @@ class EgomotionConfig:
     min_validity: float = 0.0       # flows whose weight (validity) is below are ignored, [0, 1]
     min_forward: float = 0.25       # |direction_z| below this -> FOE and TTC invalid, [0, 1]
     ttc_grid: tuple = (6, 8)        # rows, cols of the time-to-contact image, each 1..64
-    cell_px: int = 16               # side of the constant-inverse-depth cells [px], 2..256
+    cell_px: int = 32               # side of the constant-inverse-depth cells [px], 2..256
     min_cell_flows: int = 3         # cells with fewer flows are not used, >= 2
-    sphere_directions: int = 1000   # coarse search directions on the sphere, 50..100000
-    refine_steps: int = 6           # local refinement rounds (each halves the step), 0..20
+    sphere_directions: int = 300    # coarse search directions on the sphere, 50..100000
+    refine_steps: int = 5           # local search rounds (step / 3 each), 0..20
     robust_iterations: int = 2      # Huber reweighting rounds, 0..10
     huber_scale: float = 2.0        # Huber threshold in robust standard deviations, (0, 100]
     min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
@@ -99,7 +99,7 @@ class EgomotionConfig:
 
     @classmethod
     def names(cls):
-        """Return the parameter names (for the node's parameter declarations)."""
+        """List the names of the parameters, for the node's parameter declarations."""
         return [item.name for item in fields(cls)]
 
 
@@ -138,12 +138,24 @@ def fibonacci_sphere(count: int) -> np.ndarray:
     return np.stack([radius * np.cos(angle), radius * np.sin(angle), z], axis=1)
 
 
+def _outer(first, second=None):
+    """Return the (K, 9) outer products first second^T of rows (K, 3), row-major."""
+    second = first if second is None else second
+    return (first[:, :, None] * second[:, None, :]).reshape(len(first), 9)
+
+
 def _tangent_basis(d):
     """Two unit vectors orthogonal to unit d (and to each other)."""
-    helper = np.array([1.0, 0.0, 0.0]) if abs(d[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
-    e1 = np.cross(d, helper)
-    e1 /= np.linalg.norm(e1)
-    return e1, np.cross(d, e1)
+    x, y, z = (float(value) for value in d)
+    # d x e_x or d x e_y, whichever is better conditioned
+    e1 = np.array([0.0, z, -y]) if abs(x) < 0.9 else np.array([-z, 0.0, x])
+    e1 /= math.sqrt(float(e1 @ e1))
+    e2 = np.array([y * e1[2] - z * e1[1], z * e1[0] - x * e1[2], x * e1[1] - y * e1[0]])
+    return e1, e2
+
+
+# The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
+_PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
 
 class _Window:
@@ -172,7 +184,7 @@ class EgomotionEstimator:
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
         self._sphere = fibonacci_sphere(self.config.sphere_directions)
-        self._hemisphere = self._sphere[self._sphere[:, 2] >= 0]
+        self._previous = None  # the last window's direction: one more start of the search
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
@@ -215,6 +227,7 @@ class EgomotionEstimator:
             direction, omega, fit = self._solve_free(window)
         result.omega_rad_s = omega
         result.translation_fit = fit
+        self._previous = direction if fit >= config.min_translation_fit else None
         result.inlier_fraction = float(np.mean(window.robust >= 1.0))
         if fit < config.min_translation_fit or not np.all(np.isfinite(direction)):
             return result
@@ -298,15 +311,11 @@ class EgomotionEstimator:
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_known(window, r)
-            if direction is None:
-                costs = self._cost_known(stats, self._sphere)
-                direction = self._sphere[int(np.argmin(costs))]
-            direction = self._refine(lambda dirs: self._cost_known(stats, dirs), direction,
-                                     self._coarse_step_rad)
+            direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
+                                     coarse=iteration <= 1)
             if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, direction))
-        total = stats[2]
-        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(total, 1e-300)
+        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
 
     @staticmethod
@@ -315,7 +324,7 @@ class EgomotionEstimator:
         a = window.a
         cells = window.num_cells
         aa = np.stack([np.bincount(window.cell, w * a[:, i] * a[:, j], cells)
-                       for i in range(3) for j in range(3)], axis=1).reshape(cells, 3, 3)
+                       for i in range(3) for j in range(3)], axis=1)
         ar = np.stack([np.bincount(window.cell, w * a[:, i] * r, cells) for i in range(3)],
                       axis=1)
         return aa, ar, float(np.sum(w * r * r))
@@ -324,7 +333,7 @@ class EgomotionEstimator:
     def _cost_known(stats, dirs):
         """Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb."""
         aa, ar, total = stats
-        s_bb = np.einsum('kj,cjk->kc', dirs, aa @ dirs.T)
+        s_bb = _outer(dirs) @ aa.T
         s_br = dirs @ ar.T
         gain = np.maximum(s_br, 0.0) ** 2 / np.maximum(s_bb, 1e-300)
         return total - gain.sum(axis=1)
@@ -336,15 +345,10 @@ class EgomotionEstimator:
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_free(window)
-            if direction is None:
-                costs = self._cost_free(stats, self._hemisphere)[0]
-                direction = self._hemisphere[int(np.argmin(costs))]
-            direction = self._refine(lambda dirs: self._cost_free(stats, dirs)[0], direction,
-                                     self._coarse_step_rad)
+            direction = self._search(lambda dirs: self._cost_free(stats, dirs)[0], direction,
+                                     coarse=iteration <= 1)
             omega = self._cost_free(stats, direction[None])[1][0]
             r = window.m - window.g @ omega
-            if self._cell_fit(window, r, direction, signed=True).sum() < 0:
-                direction = -direction  # the sign with positive depth in most of the image
             if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, direction))
         # The explained share of the flow left after rotation, as with a gyroscope.
@@ -358,42 +362,66 @@ class EgomotionEstimator:
         w = window.weight * window.robust
         a, g, m = window.a, window.g, window.m
         cells, cell = window.num_cells, window.cell
-        aa = np.stack([np.bincount(cell, w * a[:, i] * a[:, j], cells)
-                       for i in range(3) for j in range(3)], axis=1).reshape(cells, 3, 3)
+        aa9 = np.stack([np.bincount(cell, w * a[:, i] * a[:, j], cells)
+                        for i in range(3) for j in range(3)], axis=1)
         am = np.stack([np.bincount(cell, w * a[:, i] * m, cells) for i in range(3)], axis=1)
         ga = np.stack([np.bincount(cell, w * g[:, i] * a[:, j], cells)
                        for i in range(3) for j in range(3)], axis=1).reshape(cells, 3, 3)
+        # gaga[c, (j, j'), (i, i')] = ga[c, i, j] ga[c, i', j']
+        gaga = np.einsum('cij,ckl->cjlik', ga, ga).reshape(cells, 81)
         gg = (g * w[:, None]).T @ g
         gm = (g * w[:, None]).T @ m
-        return aa, am, ga, gg, gm, float(np.sum(w * m * m))
+        return aa9, am, ga.reshape(cells, 9), gaga, gg, gm, float(np.sum(w * m * m))
 
     @staticmethod
     def _cost_free(stats, dirs):
-        """Residual (K,) and omega (K, 3) per direction, cell depths eliminated."""
-        aa, am, ga, gg, gm, total = stats
-        s_bb = np.maximum(np.einsum('kj,cjk->kc', dirs, aa @ dirs.T), 1e-300)   # (K, C)
-        s_bm = dirs @ am.T                                                       # (K, C)
-        s_bg = np.einsum('cij,kj->kci', ga, dirs)                                # (K, C, 3)
-        inv = 1.0 / s_bb
-        h = gg[None] - np.einsum('kci,kcj->kij', s_bg * inv[..., None], s_bg)
-        rhs = gm[None] - np.einsum('kci,kc->ki', s_bg, s_bm * inv)
+        """
+        Residual (K,) and omega (K, 3) per direction (K, 3), cell depths eliminated.
+
+        Every sum over cells is a matrix product with per-cell tables (aa, ga, ga x ga), so
+        a direction costs O(cells) multiply-adds in BLAS.
+        """
+        aa9, am, ga9, gaga, gg, gm, total = stats
+        count = len(dirs)
+        dd = _outer(dirs)
+        inv = 1.0 / np.maximum(dd @ aa9.T, 1e-300)                                 # (K, C)
+        s_bm = dirs @ am.T                                                         # (K, C)
+        q = s_bm * inv
+        h = gg[None] - (dd[:, None, :] @ (inv @ gaga).reshape(count, 9, 9)).reshape(count, 3, 3)
+        rhs = gm[None] - ((q @ ga9).reshape(count, 3, 3) @ dirs[..., None])[..., 0]
         h += np.eye(3)[None] * (1e-12 * np.trace(gg))
         omega = np.linalg.solve(h, rhs[..., None])[..., 0]
-        cost = total - (s_bm * s_bm * inv).sum(axis=1) - np.einsum('ki,ki->k', rhs, omega)
+        # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
+        s_br = s_bm - _outer(omega, dirs) @ ga9.T                                   # (K, C)
+        total_r = total - 2.0 * omega @ gm + np.einsum('ki,ij,kj->k', omega, gg, omega)
+        cost = total_r - (np.maximum(s_br, 0.0) ** 2 * inv).sum(axis=1)
         return cost, omega
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _refine(self, cost, direction, step):
-        """Local grid search around direction, halving the step each round."""
-        offsets = np.array([(i, j) for i in (-2, -1, 0, 1, 2) for j in (-2, -1, 0, 1, 2)],
-                           np.float64) / 2.0
+    def _search(self, cost, direction, coarse):
+        """
+        Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
+
+        coarse: start from the best of the sphere grid (and of `direction` and the previous
+        window's estimate, when given); else from `direction` with a finer first step. Then
+        refine_steps rounds of a 7x7 grid of +-step in the tangent plane around the best
+        point so far, the step shrinking 3x per round.
+        """
+        step = self._coarse_step_rad
+        if coarse or direction is None:
+            candidates = [self._sphere] + [d[None] for d in (direction, self._previous)
+                                           if d is not None]
+            candidates = np.concatenate(candidates)
+            direction = candidates[int(np.argmin(cost(candidates)))]
+        else:
+            step *= 0.25
         for _ in range(self.config.refine_steps):
             e1, e2 = _tangent_basis(direction)
-            dirs = direction[None] + step * (offsets[:, :1] * e1 + offsets[:, 1:] * e2)
-            dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+            dirs = direction[None] + step * (_PATTERN[:, :1] * e1 + _PATTERN[:, 1:] * e2)
+            dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
             direction = dirs[int(np.argmin(cost(dirs)))]
-            step /= 2.0
+            step /= 3.0
         return direction
 
     @staticmethod
