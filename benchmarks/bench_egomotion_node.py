@@ -48,12 +48,11 @@ import tempfile
 import threading
 import time
 
+from bench_node import _proc_cpu_s, FASTDDS_PROFILE_VARIABLES
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / 'benchmarks'))
-from bench_node import _proc_cpu_s, FASTDDS_PROFILE_VARIABLES  # noqa: E402
 
 NODE_NAME = 'veckm_egomotion_bench'
 PROFILE = ROOT / 'config' / 'fastdds_event_driver.xml'

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""
+r"""
 Launch veckm_flow_node and veckm_egomotion_node on its ~/flow, on an existing events topic.
 
     ros2 launch veckm_flow_ros veckm_flow_egomotion.launch.py \\

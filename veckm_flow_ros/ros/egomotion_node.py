@@ -157,11 +157,13 @@ class EgomotionNode(Node):
                                                     self._on_diagnostics_timer)
         self.stream.start()
         config = self.config
+        omega_source = ('from ~/imu when it covers the window' if config['use_imu']
+                        else 'from the flow (use_imu false)')
+        calibration = self.stream.camera or 'waiting for ~/camera_info'
         self.get_logger().info(
             f'window {config["window_s"] * 1e3:g} ms, {config["min_flows"]}..'
-            f'{config["max_flows"]} flows per window, angular velocity '
-            f'{"from ~/imu when it covers the window" if config["use_imu"] else "from the flow (use_imu false)"}; '  # noqa: E501
-            f'calibration: {self.stream.camera if self.stream.camera else "waiting for ~/camera_info"}')
+            f'{config["max_flows"]} flows per window, angular velocity {omega_source}; '
+            f'calibration: {calibration}')
 
     def _log(self, level: str, message: str):
         """Log one line (one call site per severity: rclpy refuses a new one from a site)."""

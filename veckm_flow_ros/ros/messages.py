@@ -13,8 +13,7 @@
 # limitations under the License.
 
 """
-Conversions between ROS messages and the package's values: stamps, the flow image and
-parameter descriptors.
+Conversions between ROS messages and the package's values: stamps, images, descriptors.
 
 The flow image goes through cv_bridge where it is importable (a ROS install); the PyPI ROS
 wheels have no cv_bridge, and there the image is built field by field (bgr8_image), which
@@ -72,7 +71,7 @@ def bgr8_image(bgr: np.ndarray) -> Image:
 
 
 def parameter_descriptor(spec) -> ParameterDescriptor:
-    """ParameterDescriptor of a stream.parameters.ParameterSpec: text, range, read_only."""
+    """Return the ParameterDescriptor of a ParameterSpec: text, range, read_only."""
     descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
     if spec.value_range is not None:
         low, high = spec.value_range

@@ -41,9 +41,9 @@ EGOMOTION_PARAMETERS = (
     ParameterSpec('min_validity', 0.0, 'Flows whose validity (or, without it, confidence) '
                   'field is below this are ignored [0..1]; the field also weights the flows.',
                   (0.0, 1.0), read_only=True),
-    ParameterSpec('min_forward', 0.25, 'Smallest |z| of the unit translation direction for '
-                  'a valid focus of expansion and time to contact (below it the motion is '
-                  'nearly parallel to the image plane).', (0.0, 1.0), read_only=True),
+    ParameterSpec('min_forward', 0.25, 'Smallest absolute z of the unit translation '
+                  'direction for a valid focus of expansion and time to contact (below it the '
+                  'motion is nearly parallel to the image plane).', (0.0, 1.0), read_only=True),
     ParameterSpec('ttc_rows', 6, 'Rows of the ~/time_to_contact image [cells].', (1, 64),
                   read_only=True),
     ParameterSpec('ttc_cols', 8, 'Columns of the ~/time_to_contact image [cells].', (1, 64),

@@ -50,9 +50,9 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import (EGOMOTION_PARAMETERS,
                                                         rotation_from_quaternion)
-from veckm_flow_ros.stream.counters import Throttle
 
 # sensor_msgs/msg/PointField datatype code for float32.
 POINTFIELD_FLOAT32 = 7

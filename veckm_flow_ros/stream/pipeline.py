@@ -51,7 +51,6 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 from dataclasses import dataclass
-import math
 import os
 import queue
 import threading
