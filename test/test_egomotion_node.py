@@ -402,3 +402,34 @@ def test_time_going_back_restarts_the_windows(harness_factory):
     assert harness.node.stream.windows.dropped_flows == 1500
     stamps = [stamp_to_ns(twist.header.stamp) for twist in harness.twists]
     assert stamps[:3] == stamps[3:]
+
+
+# ---- the two nodes chained on a simulated recording -----------------------------------------
+
+
+CHAIN_DURATION_S = 0.3
+
+
+@pytest.fixture(scope='module')
+def approach_sequence():
+    """0.3 s of the simulator's 'approach' trajectory (346x260, ~0.12 M events)."""
+    from veckm_flow_ros.learning.simulate3d import make_scene3d, simulate3d
+    return simulate3d(make_scene3d('approach', seed=3), duration_s=CHAIN_DURATION_S, seed=3)
+
+
+@pytest.mark.parametrize('use_imu', [True, False], ids=['gyro', 'no_imu'])
+def test_chained_on_a_simulated_recording(ros_context, approach_sequence, use_imu):
+    """EventPackets -> veckm_flow_node -> veckm_egomotion_node: direction error of ~/twist."""
+    from egomotion_chain import direction_errors_deg, run_chain
+    sequence = approach_sequence
+    records = run_chain(ros_context, sequence, use_imu=use_imu)
+    # Every full 30 ms window of flow gives a twist (the last one stays open).
+    assert len(records.t_s) >= int(CHAIN_DURATION_S / 0.03) - 2
+    assert np.allclose(np.linalg.norm(records.direction, axis=1), 1.0)
+    errors = direction_errors_deg(sequence, records)
+    bound_deg = CHAIN_BOUND_DEG[use_imu]
+    assert np.median(errors) < bound_deg, np.round(errors, 1)
+    _, omega = sequence.twist_at(records.t_s)
+    omega_error = np.linalg.norm(records.omega_rad_s - omega, axis=1)
+    if use_imu:  # the gyroscope's own noise and bias, turned nowhere (identity mount)
+        assert np.all(omega_error < 0.05), omega_error
