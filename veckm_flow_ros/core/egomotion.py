@@ -266,6 +266,10 @@ class EgomotionEstimator:
         if len(set(lengths.values())) != 1:
             raise ValueError(f'egomotion inputs differ in length: {lengths}')
         config = self.config
+        if lengths['x_px'] > config.max_flows:
+            # Even subsampling first: the cost of a window stays bounded at any flow rate.
+            pick = np.linspace(0, lengths['x_px'] - 1, config.max_flows).astype(np.int64)
+            columns = [c[pick] for c in columns]
         x, y = (np.round(c.astype(np.float64)) for c in columns[:2])
         u, v = (c.astype(np.float64) for c in columns[2:4])
         w = columns[4].astype(np.float64) if weight is not None else np.ones(len(u))
@@ -274,8 +278,6 @@ class EgomotionEstimator:
                 & np.isfinite(w) & (w > 0) & (w >= config.min_validity)
                 & (x >= 0) & (y >= 0) & (x < self.camera.width) & (y < self.camera.height))
         index = np.flatnonzero(keep)
-        if len(index) > config.max_flows:
-            index = index[np.linspace(0, len(index) - 1, config.max_flows).astype(np.int64)]
         if len(index) == 0:
             return None
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
