@@ -45,7 +45,8 @@ def register(subparsers):
                              '`veckm-flow simulate --scene 3d`)')
     parser.add_argument('--flow', default='estimated', choices=('estimated', 'exact'),
                         help="flows: the flow estimator's, or the simulator's exact optical "
-                             'flow (isolates the egomotion estimator)')
+                             "flow projected onto the flow estimator's normal directions "
+                             '(isolates the egomotion estimator)')
     parser.add_argument('--stride', type=int, default=1, metavar='K',
                         help='flow of every K-th event (the egomotion estimator subsamples '
                              'to max_flows per window anyway)')
@@ -54,6 +55,11 @@ def register(subparsers):
                         help='flow model (default: the shipped default model)')
     parser.add_argument('--out-dir', default=None, metavar='DIR',
                         help='write table.md, windows.npz and errors.png here')
+    parser.add_argument('--confidence', action='store_true',
+                        help="weight the flows by the flow estimator's confidence (~4x the "
+                             'flow cost)')
+    parser.add_argument('--cache-dir', default=None, metavar='DIR',
+                        help='keep simulated sequences here and reuse them on later runs')
     parser.add_argument('--quiet', action='store_true', help='no progress output')
     parser.set_defaults(func=run)
 
@@ -76,7 +82,8 @@ def run(args) -> int:
     config = EgomotionConfig(window_s=args.window_ms * 1e-3).check()
     results = evaluation.evaluate_specs(
         heldout_3d_specs(args.count), args.duration, config, flow=args.flow, model=args.model,
-        stride=args.stride, quiet=args.quiet, sequences=args.sequences)
+        stride=args.stride, confidence=args.confidence, quiet=args.quiet,
+        sequences=args.sequences, cache_dir=args.cache_dir)
     table = evaluation.results_table(results)
     print(table)
     if args.out_dir:

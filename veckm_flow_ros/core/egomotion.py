@@ -72,6 +72,9 @@ class EgomotionConfig:
     min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
     #                                    direction NaN (translation too small to tell), [0, 1)
     min_ttc_flows: int = 10         # flows a time-to-contact region needs, >= 1
+    flow_floor_px_s: float = 20.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
+    #                                 errors grow with the flow; 0: all flows weigh the same
+    #                                 (plain least squares), else > 0
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -95,6 +98,7 @@ class EgomotionConfig:
         need(0 < self.huber_scale <= 100, 'huber_scale', 'in (0, 100]')
         need(0 <= self.min_translation_fit < 1, 'min_translation_fit', 'in [0, 1)')
         need(self.min_ttc_flows >= 1, 'min_ttc_flows', '>= 1')
+        need(self.flow_floor_px_s >= 0, 'flow_floor_px_s', '>= 0 px/s')
         return self
 
     @classmethod
@@ -280,6 +284,8 @@ class EgomotionEstimator:
         index = np.flatnonzero(keep)
         if len(index) == 0:
             return None
+        if config.flow_floor_px_s > 0:
+            w = w / (speed + config.flow_floor_px_s)
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
         px, py = self._x_map[yi, xi], self._y_map[yi, xi]
         n_px = np.stack([u[index], v[index]], axis=1) / speed[index, None]

@@ -65,13 +65,15 @@ def load_gyro_npz(path):
     return t, np.stack(columns[1:], axis=1)
 
 
-def flows_from_events(events, width, height, model=None, progress=True, target_stride=1):
+def flows_from_events(events, width, height, model=None, progress=True, target_stride=1,
+                      confidence=False):
     """
-    Normal flow of the events with the flow estimator's defaults (as `veckm-flow predict`).
+    Compute the normal flow of events with the flow estimator's defaults (as predict does).
 
-    target_stride: flow of every k-th event only (the context still uses all events).
-
-    Returns (t_s, x_px, y_px, u_px_s, v_px_s) arrays of the events that got a flow.
+    target_stride: flow of every k-th event only (the context still uses all events);
+    confidence: also the flow estimator's per-flow confidence (rotation ensemble, ~4x the
+    cost). Returns (t_s, x_px, y_px, u_px_s, v_px_s, weight) arrays of the events that got a
+    flow, weight the confidence or None.
     """
     from tqdm import tqdm
 
@@ -79,6 +81,7 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
     from veckm_flow_ros.core.model import load_model
     model = model if model is not None and not isinstance(model, str) else load_model(model)
     estimator = NormalFlowEstimator(model, width, height, target_stride=target_stride,
+                                    confidence=confidence,
                                     max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS))
     blocks = []
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
@@ -91,15 +94,16 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
     flows = FlowBlock.concatenate(blocks)
     return (np.asarray(flows.t_ns, np.int64) * 1e-9, np.asarray(flows.x, np.float32),
             np.asarray(flows.y, np.float32), np.asarray(flows.u_px_s, np.float32),
-            np.asarray(flows.v_px_s, np.float32))
+            np.asarray(flows.v_px_s, np.float32),
+            None if flows.confidence is None else np.asarray(flows.confidence, np.float32))
 
 
-def flows_from_bag(path, topic=None, model=None, progress=True):
+def flows_from_bag(path, topic=None, model=None, progress=True, confidence=False):
     """
-    Normal flow of a bag's events through the node's replay (ROS time of each flow).
+    Compute the normal flow of a bag's events through the node's replay (ROS time).
 
-    Returns (t_s, x, y, u, v) with t_s the ROS time of each flow's event (s), the clock of
-    the bag's other messages (IMU).
+    Returns (t_s, x, y, u, v, weight) with t_s the ROS time of each flow's event (s), the
+    clock of the bag's other messages (IMU), and weight the confidence or None.
     """
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.offline.replay import (load_flows_npz, replay_bag, ReplayOptions,
@@ -107,11 +111,12 @@ def flows_from_bag(path, topic=None, model=None, progress=True):
     model = model if model is not None and not isinstance(model, str) else load_model(model)
     with tempfile.TemporaryDirectory() as folder:
         out = pathlib.Path(folder) / 'flows.npz'
-        replay_bag(path, model, ReplayOptions(topic=topic, progress=progress),
+        replay_bag(path, model, ReplayOptions(topic=topic, progress=progress,
+                                              confidence=confidence),
                    ReplayOutputs(npz=out))
         flows = load_flows_npz(out)
     return (flows['stamp_ns'] * 1e-9, flows['x'], flows['y'], flows['u_px_s'],
-            flows['v_px_s'])
+            flows['v_px_s'], flows.get('confidence'))
 
 
 def estimate_windows(camera, t_s, x_px, y_px, u_px_s, v_px_s, weight=None,

@@ -73,8 +73,10 @@ def angle_deg(a, b):
 
 def window_truth(sequence, edges, config: EgomotionConfig) -> dict:
     """
-    Truth per window [edges[i], edges[i+1]): mean v, omega, direction, speed / depth, FOE,
-    time-to-contact grid (median Z / v_z of the region's events) and its minimum.
+    Return the truth per window [edges[i], edges[i+1]).
+
+    Mean v, omega, direction, speed / depth, FOE, time-to-contact grid (median Z / v_z of the
+    region's events) and its minimum.
     """
     camera = sequence.camera
     t_event = sequence.events.t_ns * 1e-9
@@ -254,19 +256,46 @@ def plot_results(results: List[SequenceResult], path):
     plt.close(figure)
 
 
-def sequence_flows(sequence, flow='estimated', model=None, stride=1, progress=False):
-    """(t_s, x, y, u, v) of a sequence: the flow estimator's, or the simulator's exact flow."""
-    if flow == 'exact':
-        keep = ~np.asarray(sequence.is_noise, bool) & np.all(np.isfinite(sequence.flow_px_s),
-                                                              axis=1)
-        keep &= np.arange(len(keep)) % stride == 0
-        events = sequence.events
-        return (events.t_ns[keep] * 1e-9, events.x[keep], events.y[keep],
-                sequence.flow_px_s[keep, 0], sequence.flow_px_s[keep, 1])
-    if flow != 'estimated':
+def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=False,
+                   progress=False):
+    """
+    (t_s, x, y, u, v, weight) of a sequence's flows (weight: confidence or None).
+
+    flow 'estimated': the flow estimator's normal flow; 'exact': the simulator's exact
+    optical flow projected onto the flow estimator's normal directions (exact magnitudes,
+    realistic directions; noise events left out), which isolates the egomotion estimator.
+    """
+    if flow not in ('estimated', 'exact'):
         raise ValueError(f'flow must be "estimated" or "exact", got {flow!r}')
-    return egomotion.flows_from_events(sequence.events, sequence.width, sequence.height,
-                                       model, progress=progress, target_stride=stride)
+    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.model import load_model
+    from tqdm import tqdm
+    model = model if model is not None and not isinstance(model, str) else load_model(model)
+    estimator = NormalFlowEstimator(model, sequence.width, sequence.height,
+                                    target_stride=stride, confidence=confidence,
+                                    max_buffered_events=4_000_000)
+    events = sequence.events
+    blocks = []
+    with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
+              disable=not progress, desc='flow') as bar:
+        for start in range(0, len(events), egomotion.CHUNK_EVENTS):
+            chunk = events[start:start + egomotion.CHUNK_EVENTS]
+            blocks += estimator.push(chunk)
+            bar.update(len(chunk))
+    flows = FlowBlock.concatenate(blocks + estimator.flush())
+    index = np.asarray(flows.event_index, np.int64)
+    u, v = np.asarray(flows.u_px_s, np.float64), np.asarray(flows.v_px_s, np.float64)
+    weight = None if flows.confidence is None else np.asarray(flows.confidence, np.float64)
+    if flow == 'exact':
+        speed = np.hypot(u, v)
+        keep = ~np.asarray(sequence.is_noise, bool)[index] & (speed > 0) & np.all(
+            np.isfinite(sequence.flow_px_s[index]), axis=1)
+        index, u, v, speed = index[keep], u[keep], v[keep], speed[keep]
+        weight = None if weight is None else weight[keep]
+        exact = sequence.flow_px_s[index].astype(np.float64)
+        magnitude = (u * exact[:, 0] + v * exact[:, 1]) / speed
+        u, v = magnitude * u / speed, magnitude * v / speed
+    return (events.t_ns[index] * 1e-9, events.x[index], events.y[index], u, v, weight)
 
 
 def log(message, quiet=False):
@@ -275,23 +304,39 @@ def log(message, quiet=False):
 
 
 def evaluate_specs(specs, duration_s, config, flow='estimated', model=None, stride=1,
-                   quiet=False, sequences: Optional[list] = None) -> List[SequenceResult]:
-    """Simulate each spec (make_scene3d arguments) or load each file, then evaluate."""
+                   confidence=False, quiet=False, sequences: Optional[list] = None,
+                   cache_dir=None) -> List[SequenceResult]:
+    """
+    Simulate each spec (make_scene3d arguments) or load each file, then evaluate.
+
+    cache_dir: keep the simulated sequences there (SPEC_DURATION.npz) and read them back on
+    the next run (simulating is the slow part).
+    """
+    import pathlib
+
     from veckm_flow_ros.learning import simulate3d
     results = []
     items = [('file', path) for path in (sequences or [])] + [('spec', s) for s in specs]
     for number, (kind, item) in enumerate(items, 1):
         if kind == 'file':
             sequence = simulate3d.load_npz3d(item)
-            name = str(item)
+            name = pathlib.Path(item).stem
         else:
             name = f'{item["trajectory"]}-{item["seed"]}'
-            log(f'[{number}/{len(items)}] simulating {name} ({duration_s:g} s)', quiet)
-            sequence = simulate3d.simulate3d(simulate3d.make_scene3d(**item), duration_s,
-                                             seed=item['seed'])
+            cached = None if cache_dir is None else (
+                pathlib.Path(cache_dir) / f'{name}_{duration_s:g}s.npz')
+            if cached is not None and cached.is_file():
+                sequence = simulate3d.load_npz3d(cached)
+            else:
+                log(f'[{number}/{len(items)}] simulating {name} ({duration_s:g} s)', quiet)
+                sequence = simulate3d.simulate3d(simulate3d.make_scene3d(**item), duration_s,
+                                                 seed=item['seed'])
+                if cached is not None:
+                    cached.parent.mkdir(parents=True, exist_ok=True)
+                    simulate3d.save_npz3d(sequence, cached)
         log(f'[{number}/{len(items)}] {name}: {len(sequence.events):,} events, flows '
-            f'({flow}, stride {stride})', quiet)
-        flows = sequence_flows(sequence, flow, model, stride, progress=not quiet)
+            f'({flow}, stride {stride}{", confidence" if confidence else ""})', quiet)
+        flows = sequence_flows(sequence, flow, model, stride, confidence, progress=not quiet)
         results.append(evaluate_sequence(sequence, name, flows, config))
         row = summary_row(results[-1:])
         log(f'    direction error median with gyro {row["gyro_dir_med"]:.2f} deg, without '
