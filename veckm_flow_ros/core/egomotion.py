@@ -72,6 +72,9 @@ class EgomotionConfig:
     min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
     #                                    direction NaN (translation too small to tell), [0, 1)
     min_ttc_flows: int = 10         # flows a time-to-contact region needs, >= 1
+    flow_floor_px_s: float = 20.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
+    #                                 errors grow with the flow; 0: all flows weigh the same
+    #                                 (plain least squares), else > 0
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -95,6 +98,7 @@ class EgomotionConfig:
         need(0 < self.huber_scale <= 100, 'huber_scale', 'in (0, 100]')
         need(0 <= self.min_translation_fit < 1, 'min_translation_fit', 'in [0, 1)')
         need(self.min_ttc_flows >= 1, 'min_ttc_flows', '>= 1')
+        need(self.flow_floor_px_s >= 0, 'flow_floor_px_s', '>= 0 px/s')
         return self
 
     @classmethod
@@ -266,6 +270,10 @@ class EgomotionEstimator:
         if len(set(lengths.values())) != 1:
             raise ValueError(f'egomotion inputs differ in length: {lengths}')
         config = self.config
+        if lengths['x_px'] > config.max_flows:
+            # Even subsampling first: the cost of a window stays bounded at any flow rate.
+            pick = np.linspace(0, lengths['x_px'] - 1, config.max_flows).astype(np.int64)
+            columns = [c[pick] for c in columns]
         x, y = (np.round(c.astype(np.float64)) for c in columns[:2])
         u, v = (c.astype(np.float64) for c in columns[2:4])
         w = columns[4].astype(np.float64) if weight is not None else np.ones(len(u))
@@ -274,10 +282,10 @@ class EgomotionEstimator:
                 & np.isfinite(w) & (w > 0) & (w >= config.min_validity)
                 & (x >= 0) & (y >= 0) & (x < self.camera.width) & (y < self.camera.height))
         index = np.flatnonzero(keep)
-        if len(index) > config.max_flows:
-            index = index[np.linspace(0, len(index) - 1, config.max_flows).astype(np.int64)]
         if len(index) == 0:
             return None
+        if config.flow_floor_px_s > 0:
+            w = w / (speed + config.flow_floor_px_s)
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
         px, py = self._x_map[yi, xi], self._y_map[yi, xi]
         n_px = np.stack([u[index], v[index]], axis=1) / speed[index, None]
