@@ -408,6 +408,12 @@ def test_time_going_back_restarts_the_windows(harness_factory):
 
 
 CHAIN_DURATION_S = 0.3
+# Median direction error bounds [deg] (use_imu -> bound), set from the medians measured on
+# this sequence with the default flow model and estimator: 15.0 deg with the gyroscope
+# (bound 1.5x), 64.2 deg without (bound 1.25x: the gyro-free estimate on real normal flow is
+# weak, docs/egomotion_node.md). A backwards direction (z flipped) gives ~170 deg; the
+# exact-flow tests above catch x or y flips.
+CHAIN_BOUND_DEG = {True: 22.0, False: 80.0}
 
 
 @pytest.fixture(scope='module')
