@@ -33,7 +33,8 @@ estimator, from the node's /diagnostics); node latency p50 / p99 [ms] (arrival o
 message that closed a window -> its outputs published, /diagnostics); end-to-end p50 / p99
 [ms] (end of a window in sensor = wall time -> its ~/twist received here: includes waiting
 for the next ~/flow message, which closes the window); node CPU (% of one core, from
-/proc over the measured span, after 1.5 s of warm-up) and that minus the idle node's CPU
+/proc over the measured span, after 1.5 s of warm-up), the estimator thread's share of it
+(thread CPU time around estimate(), /diagnostics), and the node CPU minus the idle node's
 (rate 0, measured in the same run) per 100 k flows/s; direction error [deg] (median over
 the received twists against the simulated motion).
 Both processes share this machine's cores.
@@ -223,6 +224,7 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
             'e2e_p50': float(np.percentile(end_to_end_ms, 50)) if twists else float('nan'),
             'e2e_p99': float(np.percentile(end_to_end_ms, 99)) if twists else float('nan'),
             'cpu': cpu_percent,
+            'estimator_cpu': _median(steady, 'estimator CPU [% of a core]'),
             'error_deg': float(np.median(errors)) if errors else float('nan'),
         }
     finally:
@@ -237,8 +239,8 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
 def print_table(rows, idle_cpu):
     print('| flows/s | config | twists/s | dropped windows | compute p50/p99 [ms] | '
           'node latency p50/p99 [ms] | end-to-end p50/p99 [ms] | node CPU [% core] | '
-          'CPU - idle per 100 k flows/s | direction error [deg] |')
-    print('|---|---|---|---|---|---|---|---|---|---|')
+          'of it estimator | CPU - idle per 100 k flows/s | direction error [deg] |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|')
     for row in rows:
         per_100k = ((row['cpu'] - idle_cpu) / (row['offered'] / 1e5) if row['offered']
                     else float('nan'))
@@ -246,6 +248,7 @@ def print_table(rows, idle_cpu):
               f'{row["dropped"]} | {row["compute_p50"]:.1f} / {row["compute_p99"]:.1f} | '
               f'{row["latency_p50"]:.1f} / {row["latency_p99"]:.1f} | '
               f'{row["e2e_p50"]:.1f} / {row["e2e_p99"]:.1f} | {row["cpu"]:.1f} | '
+              f'{row["estimator_cpu"]:.1f} | '
               f'{per_100k:.1f} | {row["error_deg"]:.2f} |')
 
 

@@ -320,3 +320,35 @@ def test_sparse_window_publishes_nothing():
         stream.add_flow(stamp_ns, columns)
     stream.compute(stream._queue.popleft())
     assert stream.counters.totals['sparse_windows'] == 1 and not recorder.estimates
+
+
+def test_estimator_waits_briefly_for_late_imu_samples():
+    import threading
+    import time
+    recorder = Recorder()
+    stream = EgomotionStream(default_egomotion_config(imu_max_wait_s=0.5), recorder.publish,
+                             recorder.log)
+    stream.set_camera(CAMERA)
+    velocity, omega = np.array([0.3, -0.1, 1.0]), np.array([0.2, -0.3, 0.1])
+    for stamp_ns, columns in _window_messages(CAMERA, velocity, omega, windows=4):
+        stream.add_flow(stamp_ns, columns)
+    window = stream._queue.popleft()
+    stream.add_gyro(window.t0_s - 0.2 + 0.005 * np.arange(40), np.tile(omega, (40, 1)))
+    # The rest of the window's samples arrive 50 ms after the estimate started.
+    late_t_s = window.t0_s + 0.005 * np.arange(7)
+    sender = threading.Timer(0.05, stream.add_gyro, (late_t_s, np.tile(omega, (7, 1))))
+    start_s = time.monotonic()
+    sender.start()
+    stream.compute(window)
+    sender.join()
+    assert recorder.estimates[-1][0].omega_from_gyro
+    assert 0.04 < time.monotonic() - start_s
+    # A silent IMU (no sample for over a second) is not waited for: the third window lies
+    # 60 ms past the last sample, beyond what the gyro buffer interpolates.
+    stream._imu_arrival_s -= 2.0
+    stream._queue.popleft()
+    start_s = time.monotonic()
+    stream.compute(stream._queue.popleft())
+    assert time.monotonic() - start_s < 0.4
+    assert not recorder.estimates[-1][0].omega_from_gyro
+    assert stream.counters.totals['windows_without_gyro'] == 1

@@ -61,6 +61,10 @@ EGOMOTION_PARAMETERS = (
                   '<camera_optical_frame> <imu_frame>`.', read_only=True),
     ParameterSpec('imu_time_offset_s', 0.0, 'Camera time = IMU header time + this [s] '
                   '(a constant delay between the two drivers).', (-1.0, 1.0), read_only=True),
+    ParameterSpec('imu_max_wait_s', 0.05, 'Longest the estimator waits for ~/imu samples '
+                  "that reach a window's end [s] (they may arrive after the flow that closes "
+                  'the window), while ~/imu delivers; then the angular velocity comes from '
+                  'the flow.', (0.0, 1.0), read_only=True),
     ParameterSpec('max_queued_windows', 2, 'Windows waiting for the estimator thread '
                   '[windows]; when full the oldest is dropped and counted.', (1, 100),
                   read_only=True),

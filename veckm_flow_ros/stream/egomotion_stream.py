@@ -362,12 +362,13 @@ class EgomotionStream:
         self.counters = Counters()
         self.windows = FlowWindows(config['window_s'], config['max_flows'])
         self._estimator_config = estimator_config(config)
-        self._gyro_lock = threading.Lock()
+        self._gyro_ready = threading.Condition()  # guards the gyro buffer; add_gyro notifies
         self._make_gyro = lambda: GyroBuffer(
             rotation_cam_imu=np.array(rotation_from_quaternion(config['imu_rotation_xyzw'])),
             time_offset_s=float(config['imu_time_offset_s']), max_age_s=GYRO_HISTORY_S)
         self._gyro = self._make_gyro()
-        self._newest_imu_s = None
+        self._newest_imu_s = None   # IMU clock [s]
+        self._imu_arrival_s = None  # time.monotonic() of the last add_gyro
         self.imu_samples = 0
         # 'gyro', 'flow' or None (no window yet): where the last window's omega came from.
         self.omega_source = None
@@ -402,7 +403,7 @@ class EgomotionStream:
         """Add IMU samples: t_s (G,) IMU time [s], omega_rad_s (G, 3) in the IMU frame."""
         t_s = np.atleast_1d(np.asarray(t_s, np.float64))
         omega_rad_s = np.asarray(omega_rad_s, np.float64).reshape(-1, 3)
-        with self._gyro_lock:
+        with self._gyro_ready:
             if self._newest_imu_s is not None and t_s.min() < self._newest_imu_s - 0.1:
                 self._gyro = self._make_gyro()  # IMU time went back (bag loop): start again
                 self.counters.add(imu_resets=1)
@@ -411,7 +412,9 @@ class EgomotionStream:
             newest = float(t_s.max())
             self._newest_imu_s = newest if self._newest_imu_s is None else max(
                 self._newest_imu_s, newest)
+            self._imu_arrival_s = time.monotonic()
             self.imu_samples += len(t_s)
+            self._gyro_ready.notify_all()
 
     def add_flow(self, stamp_ns: int, columns: FlowColumns, frame_id: str = ''):
         """Add one ~/flow message; queue the windows it closes."""
@@ -447,6 +450,8 @@ class EgomotionStream:
         with self._wake:
             self._stop = True
             self._wake.notify()
+        with self._gyro_ready:
+            self._gyro_ready.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -534,7 +539,21 @@ class EgomotionStream:
             time.thread_time() - cpu_start_s)
 
     def _gyro_mean(self, window: FlowWindow):
-        with self._gyro_lock:
+        """Mean gyroscope rate over the window (camera frame), or None.
+
+        While ~/imu delivers (a sample within the last second) but not yet past the window's
+        end, wait up to imu_max_wait_s for it: IMU messages can arrive after the flow.
+        """
+        offset_s = float(self.config['imu_time_offset_s'])
+
+        def covered():
+            return self._stop or (self._newest_imu_s is not None
+                                  and self._newest_imu_s + offset_s >= window.t1_s)
+        with self._gyro_ready:
+            live = (self._imu_arrival_s is not None
+                    and time.monotonic() - self._imu_arrival_s < 1.0)
+            if live and not covered():
+                self._gyro_ready.wait_for(covered, timeout=self.config['imu_max_wait_s'])
             mean = self._gyro.mean(window.t0_s, window.t1_s)
         if mean is None:
             return None
