@@ -20,6 +20,9 @@ flows of a rigid scene so that the plumbing (pixels, units, gyroscope frame and 
 checked end to end.
 """
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -323,11 +326,9 @@ def test_sparse_window_publishes_nothing():
 
 
 def test_estimator_waits_briefly_for_late_imu_samples():
-    import threading
-    import time
     recorder = Recorder()
-    stream = EgomotionStream(default_egomotion_config(imu_max_wait_s=0.5), recorder.publish,
-                             recorder.log)
+    config = default_egomotion_config(imu_max_wait_s=0.5, max_queued_windows=10)
+    stream = EgomotionStream(config, recorder.publish, recorder.log)
     stream.set_camera(CAMERA)
     velocity, omega = np.array([0.3, -0.1, 1.0]), np.array([0.2, -0.3, 0.1])
     for stamp_ns, columns in _window_messages(CAMERA, velocity, omega, windows=4):
