@@ -233,6 +233,25 @@ def test_console_entry_point_reports_start_up_errors_without_traceback(tmp_path)
     assert 'Traceback' not in result.stderr
 
 
+def test_raw_imu_parsing_matches_rclpy():
+    from rclpy.serialization import serialize_message
+    from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
+    for frame_id, covariance0 in (('', 0.0), ('imu', -1.0), ('imu_link_long_name', 0.02)):
+        msg = Imu()
+        msg.header.stamp = stamp_from_ns(T0_NS + 123_456_789)
+        msg.header.frame_id = frame_id
+        msg.orientation.w = 0.5
+        msg.orientation_covariance[8] = 7.0
+        msg.angular_velocity.x, msg.angular_velocity.y, msg.angular_velocity.z = 0.1, -2.5, 3e-3
+        msg.angular_velocity_covariance[0] = covariance0
+        msg.linear_acceleration.z = 9.81
+        stamp_ns, rate, covariance = parse_imu_angular_velocity_cdr(serialize_message(msg))
+        assert (stamp_ns, rate, covariance) == (T0_NS + 123_456_789, (0.1, -2.5, 3e-3),
+                                                covariance0)
+    with pytest.raises(ValueError, match='truncated Imu'):
+        parse_imu_angular_velocity_cdr(serialize_message(Imu())[:60])
+
+
 # ---- outputs --------------------------------------------------------------------------------
 
 

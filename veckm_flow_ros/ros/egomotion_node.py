@@ -28,8 +28,10 @@ Subscriptions
                     use_imu): angular_velocity [rad/s] in the IMU frame, turned into the
                     camera optical frame with imu_rotation_xyzw and shifted in time by
                     imu_time_offset_s (parameters: tf2 has no wheel for the PyPI ROS that
-                    this package is tested on). Without samples covering a window the angular
-                    velocity is estimated from the flow.
+                    this package is tested on). Taken as raw CDR by a receive thread, all
+                    waiting messages every IMU_RECEIVE_PERIOD_S (an IMU at 200-1000 Hz
+                    through the executor cost more than the flow). Without samples covering a
+                    window the angular velocity is estimated from the flow.
 
 Publications (reliable, volatile, keep last 10), one message each per window of window_s,
 header.stamp = the window centre (flow time), frame_id = the ~/flow frame_id (the camera
@@ -59,12 +61,14 @@ units, defaults; config/veckm_egomotion.yaml mirrors them); all read-only.
 
 This module is the rclpy glue around stream.egomotion_stream.EgomotionStream, which cuts the
 flows into windows and computes them on its own thread (bounded queue); the executor thread
-runs the subscriptions, the diagnostics timer and the parameter services.
+runs ~/flow, ~/camera_info, the diagnostics timer and the parameter services, a receive
+thread ~/imu.
 """
 
 import math
 import signal
 import sys
+import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -72,12 +76,15 @@ from geometry_msgs.msg import PointStamped, TwistStamped
 import numpy as np
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, Imu, PointCloud2
 from std_msgs.msg import Float32
 
 from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.ros import rclpy_compat
+from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
 from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns, stamp_to_ns
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
@@ -100,6 +107,10 @@ IMU_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200,
 OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
+# The IMU receive thread takes what arrived at most once per period (at 1 kHz: ~10 messages
+# per wake-up) and waits at most RECEIVE_WAIT_NS before looking at its stop flag again.
+IMU_RECEIVE_PERIOD_S = 0.01
+RECEIVE_WAIT_NS = 100_000_000
 # Counters whose increase in a diagnostics period makes the status WARN.
 WARNING_COUNTERS = ('bad_flow_messages', 'bad_camera_infos', 'bad_imu_messages',
                     'dropped_windows', 'failed_windows', 'time_resets')
@@ -150,12 +161,21 @@ class EgomotionNode(Node):
         self.flow_sub = self.create_subscription(PointCloud2, '~/flow', self._on_flow, FLOW_QOS)
         self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
                                                         self._on_camera_info, CAMERA_INFO_QOS)
+        self._stop = threading.Event()
+        self._imu_wake = GuardCondition(None, None, context=self.context)
+        self._imu_receiver = None
         self.imu_sub = None
         if self.config['use_imu']:
-            self.imu_sub = self.create_subscription(Imu, '~/imu', self._on_imu, IMU_QOS)
+            self.imu_sub = self.create_subscription(
+                Imu, '~/imu', self._on_imu_raw, IMU_QOS, raw=True,
+                callback_group=rclpy_compat.OwnThreadCallbackGroup())
+            self._imu_receiver = threading.Thread(target=self._receive_imu,
+                                                  name='veckm_egomotion_imu', daemon=True)
         self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
                                                     self._on_diagnostics_timer)
         self.stream.start()
+        if self._imu_receiver is not None:
+            self._imu_receiver.start()
         config = self.config
         omega_source = ('from ~/imu when it covers the window' if config['use_imu']
                         else 'from the flow (use_imu false)')
@@ -202,16 +222,59 @@ class EgomotionNode(Node):
         if self.stream.set_camera(camera):
             self.get_logger().info(f'calibration from ~/camera_info: {camera!r}')
 
-    def _on_imu(self, msg: Imu):
-        omega = (msg.angular_velocity.x, msg.angular_velocity.y, msg.angular_velocity.z)
-        if msg.angular_velocity_covariance[0] == -1.0 or not all(map(math.isfinite, omega)):
-            # REP 145: covariance[0] = -1 means the IMU has no angular velocity.
-            self.stream.counters.add(bad_imu_messages=1)
-            self._throttled('warning', f'~/imu message without a usable angular velocity '
-                            f'({omega} rad/s, covariance[0] = '
-                            f'{msg.angular_velocity_covariance[0]:g}): ignored')
-            return
-        self.stream.add_gyro(stamp_to_ns(msg.header.stamp) * 1e-9, np.array([omega]))
+    # -- IMU receive thread ------------------------------------------------------------------
+
+    def _receive_imu(self):
+        """Take ~/imu messages as raw CDR, all that are there at each wake-up (node.py's way)."""
+        subscription, wake = self.imu_sub, self._imu_wake
+        handlers = rclpy_compat.event_handlers(subscription)
+        try:
+            wait_set = rclpy_compat.make_wait_set(self.context, 1, 1, len(handlers))
+            while not self._stop.is_set() and self.context.ok():
+                batch = []
+                with rclpy_compat.entities_in_use(subscription, wake, handlers):
+                    rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
+                    woke_s = time.monotonic()
+                    rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
+                    while not self._stop.is_set():
+                        raw = rclpy_compat.take_serialized(subscription, Imu)
+                        if raw is None:
+                            break
+                        batch.append(raw)
+                if batch:
+                    self._on_imu_raw(batch)
+                pause_s = IMU_RECEIVE_PERIOD_S - (time.monotonic() - woke_s)
+                if pause_s > 0:
+                    self._stop.wait(pause_s)
+        except Exception as error:  # noqa: B902 - say why the IMU stopped, unless shutting down
+            if not self._stop.is_set() and self.context.ok():
+                self.get_logger().error(f'receiving ~/imu failed, no more gyroscope: '
+                                        f'{type(error).__name__}: {error}')
+
+    def _on_imu_raw(self, batch):
+        """Add the gyroscope samples of serialized Imu messages (a list) to the stream."""
+        if not isinstance(batch, list):
+            batch = [batch]
+        t_s, omega = [], []
+        for raw in batch:
+            try:
+                stamp_ns, rate, covariance0 = parse_imu_angular_velocity_cdr(raw)
+            except ValueError as error:
+                rate, covariance0, problem = None, math.nan, str(error)
+            else:
+                problem = None
+                if covariance0 == -1.0 or not all(map(math.isfinite, rate)):
+                    # REP 145: covariance[0] = -1 means the IMU has no angular velocity.
+                    problem = (f'no usable angular velocity ({rate} rad/s, covariance[0] = '
+                               f'{covariance0:g})')
+            if problem:
+                self.stream.counters.add(bad_imu_messages=1)
+                self._throttled('warning', f'~/imu message ignored: {problem}')
+                continue
+            t_s.append(stamp_ns * 1e-9)
+            omega.append(rate)
+        if t_s:
+            self.stream.add_gyro(np.array(t_s), np.array(omega))
 
     # -- outputs (estimator thread) -----------------------------------------------------------
 
@@ -304,10 +367,27 @@ class EgomotionNode(Node):
 
     # -- shutdown -----------------------------------------------------------------------------
 
-    def destroy_node(self):
+    def stop_worker(self, timeout_s: float = 5.0):
+        """Stop the IMU receive thread and the estimator thread (idempotent)."""
+        stop = getattr(self, '_stop', None)
+        if stop is not None:
+            stop.set()
+            receiver = self._imu_receiver
+            if receiver is not None and receiver.is_alive():
+                try:
+                    self._imu_wake.trigger()
+                except Exception:  # noqa: B902 - context already shut down: it sees that
+                    pass
+                receiver.join(timeout_s)
         stream = getattr(self, 'stream', None)
         if stream is not None:
-            stream.stop()
+            stream.stop(timeout_s)
+
+    def destroy_node(self):
+        self.stop_worker()
+        wake = getattr(self, '_imu_wake', None)
+        if wake is not None:
+            wake.destroy()
         return super().destroy_node()
 
 
