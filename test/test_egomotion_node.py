@@ -452,7 +452,7 @@ def approach_sequence():
 
 @pytest.mark.parametrize('use_imu', [True, False], ids=['gyro', 'no_imu'])
 def test_chained_on_a_simulated_recording(ros_context, approach_sequence, use_imu):
-    """EventPackets -> veckm_flow_node -> veckm_egomotion_node: direction error of ~/twist."""
+    """Check the direction error of ~/twist: EventPackets -> flow node -> egomotion node."""
     from egomotion_chain import direction_errors_deg, run_chain
     sequence = approach_sequence
     records = run_chain(ros_context, sequence, use_imu=use_imu)

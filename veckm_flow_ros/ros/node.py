@@ -62,9 +62,9 @@ from sensor_msgs.msg import Image, PointCloud2
 
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points
 from veckm_flow_ros.ros import rclpy_compat
-from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
 from veckm_flow_ros.ros.messages import image_message, parameter_descriptor as _descriptor
+from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
 from veckm_flow_ros.stream.frontend import InputPacket
 from veckm_flow_ros.stream.parameters import PARAMETERS
 from veckm_flow_ros.stream.pipeline import (ConfigurationError,  # noqa: F401 - raised here

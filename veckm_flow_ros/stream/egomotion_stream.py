@@ -539,7 +539,8 @@ class EgomotionStream:
             time.thread_time() - cpu_start_s)
 
     def _gyro_mean(self, window: FlowWindow):
-        """Mean gyroscope rate over the window (camera frame), or None.
+        """
+        Mean gyroscope rate over the window (camera frame), or None.
 
         While ~/imu delivers (a sample within the last second) but not yet past the window's
         end, wait up to imu_max_wait_s for it: IMU messages can arrive after the flow.
