@@ -35,7 +35,8 @@ message that closed a window -> its outputs published, /diagnostics); end-to-end
 for the next ~/flow message, which closes the window); node CPU (% of one core, from
 /proc over the measured span, after 1.5 s of warm-up), the estimator thread's share of it
 (thread CPU time around estimate(), /diagnostics), and the node CPU minus the idle node's
-(rate 0, measured in the same run) per 100 k flows/s; direction error [deg] (median over
+(rate 0, same configuration: with `gyro` the IMU messages, measured in the same run) per
+100 k flows/s; direction error [deg] (median over
 the received twists against the simulated motion).
 Both processes share this machine's cores.
 """
@@ -236,14 +237,14 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
             node.wait()
 
 
-def print_table(rows, idle_cpu):
+def print_table(rows, idle_cpu: dict):
     print('| flows/s | config | twists/s | dropped windows | compute p50/p99 [ms] | '
           'node latency p50/p99 [ms] | end-to-end p50/p99 [ms] | node CPU [% core] | '
           'of it estimator | CPU - idle per 100 k flows/s | direction error [deg] |')
     print('|---|---|---|---|---|---|---|---|---|---|---|')
     for row in rows:
-        per_100k = ((row['cpu'] - idle_cpu) / (row['offered'] / 1e5) if row['offered']
-                    else float('nan'))
+        per_100k = ((row['cpu'] - idle_cpu[row['config']]) / (row['offered'] / 1e5)
+                    if row['offered'] else float('nan'))
         print(f'| {row["offered"]:,.0f} | {row["config"]} | {row["twists_per_s"]:.1f} | '
               f'{row["dropped"]} | {row["compute_p50"]:.1f} / {row["compute_p99"]:.1f} | '
               f'{row["latency_p50"]:.1f} / {row["latency_p99"]:.1f} | '
@@ -269,19 +270,19 @@ def main(argv=None):
     rclpy.init()
     probe = Probe()
     rows = []
-    idle_cpu = float('nan')
+    idle_cpu = dict.fromkeys(args.configs, float('nan'))
     try:
         with tempfile.TemporaryDirectory() as folder:
             camera_yaml = pathlib.Path(folder) / 'camera.yaml'
             CameraModel.pinhole(WIDTH, HEIGHT, FOCAL_PX).to_yaml(camera_yaml)
             for rate in args.rates:
-                for config_name in (args.configs if rate else args.configs[:1]):
+                for config_name in args.configs:
                     print(f'rate {rate:,.0f} flows/s, {config_name} ...', file=sys.stderr,
                           flush=True)
                     row = measure(args, probe, camera_yaml, rate, config_name,
                                   CONFIGS[config_name])
                     if rate == 0:
-                        idle_cpu = row['cpu']
+                        idle_cpu[config_name] = row['cpu']
                     rows.append(row)
     finally:
         probe.close()
