@@ -519,18 +519,31 @@ class Scene3D:
             return None
         return (np.arange(r0, r1)[:, None] * self.width + np.arange(c0, c1)[None, :]).reshape(-1)
 
-    def pixel_flow(self, depth, t_s):
-        """Motion field [px/s] (H, W, 2) float32 of a depth image at time t_s."""
+    def pixel_flow(self, depth, t_s, stride=1):
+        """
+        Motion field [px/s] (H, W, 2) float32 of a depth image (H, W) at time t_s.
+
+        stride: evaluate every stride-th row and column only (shape (H / s, W / s, 2)).
+        """
         v, omega = self.trajectory.twist(t_s)
-        rays = self._rays32
+        shape = (self.height, self.width)
+        grid = (slice(None, None, stride), slice(None, None, stride))
+        rays = self._rays32.reshape(shape + (3,))[grid]
+        depth = np.asarray(depth)[grid]
         with np.errstate(divide='ignore', invalid='ignore'):
-            inverse = np.where(np.isfinite(depth.reshape(-1)), 1.0 / depth.reshape(-1), 0.0)
-        dx, dy = motion_field(rays[:, 0], rays[:, 1], inverse.astype(np.float32),
-                              v[0].astype(np.float32), omega[0].astype(np.float32))
-        m = self._to_pixels
-        flow = np.stack([m[:, 0, 0] * dx + m[:, 0, 1] * dy, m[:, 1, 0] * dx + m[:, 1, 1] * dy], 1)
-        flow[~self._valid] = 0.0
-        return flow.reshape(self.height, self.width, 2)
+            inverse = np.where(np.isfinite(depth), 1.0 / depth, 0.0).astype(np.float32)
+        dx, dy = motion_field(rays[..., 0], rays[..., 1], inverse, v[0].astype(np.float32),
+                              omega[0].astype(np.float32))
+        m = self._to_pixels.reshape(shape + (2, 2))[grid]
+        flow = np.stack([m[..., 0, 0] * dx + m[..., 0, 1] * dy,
+                         m[..., 1, 0] * dx + m[..., 1, 1] * dy], -1)
+        flow[~self._valid.reshape(shape)[grid]] = 0.0
+        return flow
+
+    def max_speed_px_s(self, depth, t_s):
+        """Largest image speed [px/s] of a depth image at t_s (every second pixel, +5 %)."""
+        flow = self.pixel_flow(depth, t_s, stride=2)
+        return 1.05 * float(np.sqrt(np.max(flow[..., 0] ** 2 + flow[..., 1] ** 2)))
 
     def cast(self, t_s, index):
         """
@@ -585,14 +598,17 @@ def _make_trajectory(kind, rng):
     """Random twist of a trajectory kind; returns (Trajectory, approach wall distance or None)."""
     zero = np.zeros(3)
     if kind == 'constant':
-        direction = _unit([rng.uniform(-0.5, 0.5), rng.uniform(-0.15, 0.15), 1.0])
-        return Trajectory(kind, rng.uniform(0.8, 2.0) * direction, zero,
-                          rng.normal(0.0, 0.3, 3), zero), None
+        direction = _unit([rng.uniform(-0.6, 0.6), rng.uniform(-0.15, 0.15), 1.0])
+        omega = rng.uniform(0.2, 0.6) * _unit(rng.normal(0.0, 1.0, 3))
+        return Trajectory(kind, rng.uniform(1.2, 2.5) * direction, zero, omega, zero), None
     if kind == 'accelerating':
         direction = _unit([rng.uniform(-0.3, 0.3), rng.uniform(-0.1, 0.1), 1.0])
         accel = rng.uniform(3.0, 6.0) * direction + rng.normal(0.0, 0.5, 3)
-        return Trajectory(kind, rng.uniform(0.2, 0.6) * direction, accel,
-                          rng.normal(0.0, 0.2, 3), rng.normal(0.0, 1.0, 3)), None
+        # Mostly yaw: a pitching camera would soon look at the sky above the walls.
+        omega = rng.uniform(0.2, 0.4) * _unit(rng.normal(0.0, [0.3, 1.0, 0.3]))
+        angular_accel = rng.normal(0.0, [0.2, 0.6, 0.2])
+        return Trajectory(kind, rng.uniform(0.4, 0.8) * direction, accel, omega,
+                          angular_accel), None
     if kind == 'turning':
         omega = np.array([rng.normal(0.0, 0.1), rng.choice([-1, 1]) * rng.uniform(1.5, 3.0),
                           rng.normal(0.0, 0.1)])
@@ -659,7 +675,7 @@ def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortio
     half_width = rng.uniform(3.0, 6.0)
     front = wall_m if wall_m is not None else rng.uniform(7.0, 12.0)
     back = rng.uniform(4.0, 8.0)
-    wall_height = rng.uniform(2.5, 5.0)
+    wall_height = rng.uniform(3.0, 6.0)
     top = camera_height - wall_height
     ex, ey, ez = np.eye(3)
     planes = [
@@ -675,8 +691,10 @@ def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortio
                         back, focal, texture, {'name': 'back wall'}),
     ]
     near = 0.6 * front if wall_m is not None else 2.5
+    # Smaller boxes in front of a near wall (approach), so that some fit between camera and wall.
+    box_scale = min(1.0, (front - near) / 3.0)
     for box in range(int(rng.integers(3, 6))):
-        size = rng.uniform(0.3, 1.5, 3)
+        size = rng.uniform(0.3, 1.5, 3) * box_scale
         radius = 0.5 * math.hypot(size[0], size[2])
         position = rng.uniform(0.0, 1.0, 2)
         if near + radius > front - radius - 0.05:
@@ -772,6 +790,23 @@ class SimulatedSequence3D(SimulatedSequence):
         return ttc.astype(np.float32)
 
 
+def _check_inside_room(scene, duration_s):
+    """Raise ValueError when the camera would reach a wall or the ground within duration_s."""
+    room = scene.description.get('room_m')
+    if not room:
+        return
+    t_s = np.linspace(0.0, duration_s, int(math.ceil(duration_s * 1000)) + 1)
+    _, position = scene.trajectory.pose(t_s)  # also integrates the pose grid once
+    margin = 0.05
+    outside = (np.abs(position[:, 0]) > room['half_width'] - margin) \
+        | (position[:, 2] > room['front'] - margin) | (position[:, 2] < margin - room['back']) \
+        | (position[:, 1] > scene.description['camera_height_m'] - margin)
+    if outside.any():
+        t_out = t_s[np.argmax(outside)]
+        raise ValueError(f'the camera reaches a wall or the ground of this scene at t = '
+                         f'{t_out:.3f} s; simulate less than that (duration {duration_s} s)')
+
+
 def _occlusion_mask(depth, surface):
     """Pixels (H, W) bool next to a depth discontinuity between two surfaces."""
     mask = np.zeros(depth.shape, bool)
@@ -798,6 +833,7 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     """
     if not (duration_s > 0 and math.isfinite(duration_s)):
         raise ValueError(f'duration must be positive, got {duration_s} s')
+    _check_inside_room(scene, duration_s)
     rng = np.random.default_rng(seed)
     sensor = scene.sensor
     width, height = scene.width, scene.height
@@ -808,8 +844,9 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     t_prev = 0.0
     next_report = 0.1 * duration_s
     count = 0
+    steps = 0
     while t_prev < duration_s:
-        speed = float(np.max(np.hypot(*np.moveaxis(scene.pixel_flow(depth_prev, t_prev), 2, 0))))
+        speed = scene.max_speed_px_s(depth_prev, t_prev)
         # 10 % margin: the twist changes during the step.
         step = min(sensor.max_step_s, sensor.max_step_px / max(1.1 * speed, 1e-9),
                    duration_s - t_prev)
@@ -833,6 +870,7 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
         level_prev, depth_prev, surface_prev, edge_prev = level_cur, depth_cur, surface_cur, \
             edge_cur
         t_prev = t_cur
+        steps += 1
         if progress is not None and t_prev >= next_report:
             progress(t_prev, count)
             next_report += 0.1 * duration_s
@@ -879,7 +917,8 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     sigma = gyro.noise_density_rad_s_sqrt_hz * math.sqrt(gyro.rate_hz)
     gyro_rad_s = gt_omega + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
     description = dict(scene.description, duration_s=duration_s, sim_seed=seed,
-                       gyro_bias_rad_s=bias.tolist(), gyro_noise_sigma_rad_s=sigma)
+                       render_steps=steps, gyro_bias_rad_s=bias.tolist(),
+                       gyro_noise_sigma_rad_s=sigma)
     return SimulatedSequence3D(
         events, flow[order].astype(np.float32), is_noise[order], width, height, description,
         scene.camera, depth[order].astype(np.float32), edge[order], gt_t_s, gt_v, gt_omega,
