@@ -72,7 +72,7 @@ class EgomotionConfig:
     min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
     #                                    direction NaN (translation too small to tell), [0, 1)
     min_ttc_flows: int = 10         # flows a time-to-contact region needs, >= 1
-    flow_floor_px_s: float = 20.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
+    flow_floor_px_s: float = 50.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
     #                                 errors grow with the flow; 0: all flows weigh the same
     #                                 (plain least squares), else > 0
 
@@ -316,6 +316,8 @@ class EgomotionEstimator:
     def _solve_gyro(self, window, omega):
         """Direction with omega known: minimise the cell-depth residual, cheirality enforced."""
         r = window.m - window.g @ omega
+        # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
+        self._reweight(window, r, r)
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_known(window, r)
@@ -350,6 +352,7 @@ class EgomotionEstimator:
 
     def _solve_free(self, window):
         """Direction and omega together: cell depths and omega by least squares per direction."""
+        self._reweight(window, window.m, window.m)  # caps gross outliers before any fit
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_free(window)
