@@ -327,7 +327,7 @@ def test_egomotion_command_needs_one_input(egomotion_inputs, capsys):
 
 
 def write_bag_with_imu(path, events_npz):
-    """A bag of the fixture's events (evt3, 1 ms packets) and a 1 kHz sensor_msgs/Imu topic."""
+    """Write a bag of the events (evt3, 1 ms packets) and a 1 kHz sensor_msgs/Imu topic."""
     from veckm_flow_ros.eventio.bag import DEFAULT_STAMP_OFFSET_NS, EventBagWriter
     from veckm_flow_ros.eventio.npz import load_events
     from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
