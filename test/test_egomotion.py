@@ -398,7 +398,8 @@ def test_evaluate_egomotion_on_a_small_approach(tmp_path, capsys):
     # The same numbers through the library: with a gyroscope the direction within a few
     # degrees (measured 0.3 deg), the time to contact within 10 % (measured 1 %).
     config = EgomotionConfig(window_s=0.02)
-    flows = evaluate_egomotion.sequence_flows(sequence, 'exact')
+    flows, quality = evaluate_egomotion.sequence_flows(sequence, 'exact')
+    assert 0.5 < quality['pos'] <= 1.0 and quality['relative'] > 0  # the estimator's flows
     result = evaluate_egomotion.evaluate_sequence(sequence, 'approach', flows, config)
     row = evaluate_egomotion.summary_row([result])
     assert row['observable'] >= 2
