@@ -58,8 +58,9 @@ def register(subparsers):
     parser.add_argument('--topic', default=None,
                         help="with a bag: event topic (default: the bag's only event topic)")
     parser.add_argument('--out', default=None, metavar='OUT.npz',
-                        help='output npz (default: EGO.npz named after the input, in the '
-                             'current folder); the plot is written beside it as .png')
+                        help='output npz (default: INPUT_egomotion.npz in the current '
+                             'folder, INPUT the name of the bag or events file); the plot is '
+                             'written beside it as .png')
     parser.add_argument('--plot', default=None, metavar='PLOT.png',
                         help='plot path (default: the output with .png)')
     parser.add_argument('--window-ms', type=float, default=30.0,
@@ -69,7 +70,7 @@ def register(subparsers):
                              '(default: the shipped default model)')
     parser.add_argument('--confidence', action='store_true',
                         help="weight the flows by the flow estimator's confidence (rotation "
-                             'ensemble, ~4x the flow cost; more accurate)')
+                             'ensemble, ~4x the flow cost)')
     parser.add_argument('--quiet', action='store_true', help='no progress bars')
     parser.set_defaults(func=run)
 

@@ -72,7 +72,7 @@ class EgomotionConfig:
     min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
     #                                    direction NaN (translation too small to tell), [0, 1)
     min_ttc_flows: int = 10         # flows a time-to-contact region needs, >= 1
-    flow_floor_px_s: float = 20.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
+    flow_floor_px_s: float = 50.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
     #                                 errors grow with the flow; 0: all flows weigh the same
     #                                 (plain least squares), else > 0
 
@@ -148,6 +148,28 @@ def _outer(first, second=None):
     return (first[:, :, None] * second[:, None, :]).reshape(len(first), 9)
 
 
+def _cell_sums(window, columns):
+    """Per-cell sums of the rows of each (N, k) array: one bincount for all of them."""
+    values = np.concatenate(columns, axis=1)
+    width = values.shape[1]
+    index = (window.cell[:, None] * width + np.arange(width)).reshape(-1)
+    sums = np.bincount(index, values.reshape(-1), window.num_cells * width)
+    sums = sums.reshape(window.num_cells, width)
+    parts = np.cumsum([0] + [column.shape[1] for column in columns])
+    return [sums[:, lo:hi] for lo, hi in zip(parts[:-1], parts[1:])]
+
+
+def _solve3(h, rhs):
+    """Solve the 3x3 systems h (K, 3, 3) x = rhs (K, 3) by the adjugate (fast for small K)."""
+    c0 = np.cross(h[:, 1], h[:, 2])
+    c1 = np.cross(h[:, 2], h[:, 0])
+    c2 = np.cross(h[:, 0], h[:, 1])
+    det = np.einsum('ki,ki->k', h[:, 0], c0)
+    det = np.where(np.abs(det) > 1e-300, det, 1e-300)
+    # inverse = [c0 c1 c2] / det (columns), so x = (c0 rhs0 + c1 rhs1 + c2 rhs2) / det
+    return (c0 * rhs[:, :1] + c1 * rhs[:, 1:2] + c2 * rhs[:, 2:]) / det[:, None]
+
+
 def _tangent_basis(d):
     """Two unit vectors orthogonal to unit d (and to each other)."""
     x, y, z = (float(value) for value in d)
@@ -194,10 +216,10 @@ class EgomotionEstimator:
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
         # the module doc, so a window costs a table look-up per flow.
         x, y = camera.pixel_grid_normalized()
-        self._x_map, self._y_map = x, y
+        self._x_map, self._y_map = x.reshape(-1), y.reshape(-1)
         jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
         k2 = camera.K[:2, :2]
-        self._mt_map = np.einsum('...ji,jk->...ik', jac, k2)  # (H, W, 2, 2) = J^T K2^T
+        self._mt_map = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -287,16 +309,20 @@ class EgomotionEstimator:
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
-        px, py = self._x_map[yi, xi], self._y_map[yi, xi]
-        n_px = np.stack([u[index], v[index]], axis=1) / speed[index, None]
-        mt = self._mt_map[yi, xi]
-        normal = np.einsum('nij,nj->ni', mt, n_px)
-        norm = np.linalg.norm(normal, axis=1)
+        pixel = yi * self.camera.width + xi
+        px, py = self._x_map[pixel], self._y_map[pixel]
+        nx_px, ny_px = u[index] / speed[index], v[index] / speed[index]
+        mt = self._mt_map[pixel]                                   # (N, 4): M^T row-major
+        nx = mt[:, 0] * nx_px + mt[:, 1] * ny_px
+        ny = mt[:, 2] * nx_px + mt[:, 3] * ny_px
+        norm = np.hypot(nx, ny)
         m = speed[index] / norm
-        normal /= norm[:, None]
+        nx, ny = nx / norm, ny / norm
         ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(m)
-        nx, ny, px, py, m = normal[ok, 0], normal[ok, 1], px[ok], py[ok], m[ok]
-        xi, yi, w = xi[ok], yi[ok], w[index][ok]
+        if not ok.all():
+            nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
+            xi, yi = xi[ok], yi[ok]
+        w = w[index][ok]
         a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
         g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
                       nx * py - ny * px], axis=1)
@@ -316,6 +342,8 @@ class EgomotionEstimator:
     def _solve_gyro(self, window, omega):
         """Direction with omega known: minimise the cell-depth residual, cheirality enforced."""
         r = window.m - window.g @ omega
+        # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
+        self._reweight(window, r, r)
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_known(window, r)
@@ -330,11 +358,8 @@ class EgomotionEstimator:
     def _cell_stats_known(window, r):
         w = window.weight * window.robust
         a = window.a
-        cells = window.num_cells
-        aa = np.stack([np.bincount(window.cell, w * a[:, i] * a[:, j], cells)
-                       for i in range(3) for j in range(3)], axis=1)
-        ar = np.stack([np.bincount(window.cell, w * a[:, i] * r, cells) for i in range(3)],
-                      axis=1)
+        wa = a * w[:, None]
+        aa, ar = _cell_sums(window, [_outer(wa, a), wa * r[:, None]])
         return aa, ar, float(np.sum(w * r * r))
 
     @staticmethod
@@ -350,6 +375,7 @@ class EgomotionEstimator:
 
     def _solve_free(self, window):
         """Direction and omega together: cell depths and omega by least squares per direction."""
+        self._reweight(window, window.m, window.m)  # caps gross outliers before any fit
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_free(window)
@@ -369,12 +395,10 @@ class EgomotionEstimator:
     def _cell_stats_free(window):
         w = window.weight * window.robust
         a, g, m = window.a, window.g, window.m
-        cells, cell = window.num_cells, window.cell
-        aa9 = np.stack([np.bincount(cell, w * a[:, i] * a[:, j], cells)
-                        for i in range(3) for j in range(3)], axis=1)
-        am = np.stack([np.bincount(cell, w * a[:, i] * m, cells) for i in range(3)], axis=1)
-        ga = np.stack([np.bincount(cell, w * g[:, i] * a[:, j], cells)
-                       for i in range(3) for j in range(3)], axis=1).reshape(cells, 3, 3)
+        cells = window.num_cells
+        wa = a * w[:, None]
+        aa9, am, ga = _cell_sums(window, [_outer(wa, a), wa * m[:, None], _outer(g, wa)])
+        ga = ga.reshape(cells, 3, 3)
         # gaga[c, (j, j'), (i, i')] = ga[c, i, j] ga[c, i', j']
         gaga = np.einsum('cij,ckl->cjlik', ga, ga).reshape(cells, 81)
         gg = (g * w[:, None]).T @ g
@@ -398,7 +422,7 @@ class EgomotionEstimator:
         h = gg[None] - (dd[:, None, :] @ (inv @ gaga).reshape(count, 9, 9)).reshape(count, 3, 3)
         rhs = gm[None] - ((q @ ga9).reshape(count, 3, 3) @ dirs[..., None])[..., 0]
         h += np.eye(3)[None] * (1e-12 * np.trace(gg))
-        omega = np.linalg.solve(h, rhs[..., None])[..., 0]
+        omega = _solve3(h, rhs)
         # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
         s_br = s_bm - _outer(omega, dirs) @ ga9.T                                   # (K, C)
         total_r = total - 2.0 * omega @ gm + np.einsum('ki,ij,kj->k', omega, gg, omega)
@@ -462,18 +486,22 @@ class EgomotionEstimator:
         ok = w > 1e-12
         inverse = r[ok] * direction[2] / b[ok]
         region, w = window.region[ok], w[ok]
-        grid = np.full(rows * cols, np.nan)
+        if len(inverse) == 0:
+            return np.full((rows, cols), np.nan, np.float32)
         order = np.lexsort((inverse, region))
         region, inverse, w = region[order], inverse[order], w[order]
         bounds = np.searchsorted(region, np.arange(rows * cols + 1))
-        for index in range(rows * cols):
-            lo, hi = bounds[index], bounds[index + 1]
-            if hi - lo < config.min_ttc_flows:
-                continue
-            cumulative = np.cumsum(w[lo:hi])
-            median = inverse[lo + int(np.searchsorted(cumulative, 0.5 * cumulative[-1]))]
-            if median > 0:
-                grid[index] = 1.0 / median
+        counts = np.diff(bounds)
+        cumulative = np.concatenate([[0.0], np.cumsum(w)])
+        start, total = cumulative[bounds[:-1]], cumulative[bounds[1:]] - cumulative[bounds[:-1]]
+        # The weighted median of each region: the first flow whose cumulative weight (within
+        # the region) reaches half of the region's total.
+        pick = np.searchsorted(cumulative, start + 0.5 * total, side='left') - 1
+        enough = counts >= max(config.min_ttc_flows, 1)
+        pick = np.clip(pick, bounds[:-1], np.maximum(bounds[1:] - 1, bounds[:-1]))
+        median = np.where(enough, inverse[np.minimum(pick, len(inverse) - 1)], np.nan)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            grid = np.where(median > 0, 1.0 / median, np.nan)
         return grid.reshape(rows, cols).astype(np.float32)
 
 

@@ -62,6 +62,7 @@ class SequenceResult:
     ttc_relative: dict              # mode -> list of per-region relative errors
     truth: dict
     estimates: dict                 # mode -> arrays (estimates_to_arrays)
+    flow_quality: Optional[dict] = None  # see sequence_flows
 
 
 def angle_deg(a, b):
@@ -176,6 +177,10 @@ def summary_row(results: List[SequenceResult]) -> dict:
     """Pooled metrics over the windows of `results` (one sequence or all)."""
     row = {'windows': sum(r.windows for r in results),
            'observable': int(sum(r.observable.sum() for r in results))}
+    qualities = [r.flow_quality for r in results if r.flow_quality]
+    for key in ('pos', 'relative'):
+        row[f'flow_{key}'] = (100.0 * float(np.mean([q[key] for q in qualities]))
+                              if qualities else float('nan'))
     for mode in MODES:
         errors = np.concatenate([r.direction_deg[mode][r.observable] for r in results])
         found = np.concatenate([r.has_direction[mode][r.observable] for r in results])
@@ -191,6 +196,7 @@ def summary_row(results: List[SequenceResult]) -> dict:
 
 
 COLUMNS = (('windows', 'win', '{:.0f}'), ('observable', 'obs', '{:.0f}'),
+           ('flow_pos', 'flow %Pos', '{:.1f}'), ('flow_relative', 'flow rel err %', '{:.0f}'),
            ('gyro_dir_med', 'gyro dir med', '{:.2f}'), ('gyro_dir_p90', 'gyro dir p90', '{:.2f}'),
            ('gyro_coverage', 'gyro cov', '{:.2f}'), ('gyro_foe_med', 'gyro FOE px', '{:.1f}'),
            ('gyro_ttc_med', 'gyro TTC rel', '{:.3f}'),
@@ -259,7 +265,11 @@ def plot_results(results: List[SequenceResult], path):
 def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=False,
                    progress=False):
     """
-    (t_s, x, y, u, v, weight) of a sequence's flows (weight: confidence or None).
+    Return ((t_s, x, y, u, v, weight), quality) of a sequence's flows (weight: confidence).
+
+    quality: the flow estimator's accuracy on the sequence's signal events (not noise, not
+    sky): 'pos' the share of flows whose magnitude has the sign of the exact flow projected
+    onto the flow's direction, 'relative' the median |m - m_exact| / |m_exact|.
 
     flow 'estimated': the flow estimator's normal flow; 'exact': the simulator's exact
     optical flow projected onto the flow estimator's normal directions (exact magnitudes,
@@ -286,6 +296,7 @@ def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=
     index = np.asarray(flows.event_index, np.int64)
     u, v = np.asarray(flows.u_px_s, np.float64), np.asarray(flows.v_px_s, np.float64)
     weight = None if flows.confidence is None else np.asarray(flows.confidence, np.float64)
+    quality = flow_quality(sequence, index, u, v)
     if flow == 'exact':
         speed = np.hypot(u, v)
         keep = ~np.asarray(sequence.is_noise, bool)[index] & (speed > 0) & np.all(
@@ -295,7 +306,20 @@ def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=
         exact = sequence.flow_px_s[index].astype(np.float64)
         magnitude = (u * exact[:, 0] + v * exact[:, 1]) / speed
         u, v = magnitude * u / speed, magnitude * v / speed
-    return (events.t_ns[index] * 1e-9, events.x[index], events.y[index], u, v, weight)
+    return (events.t_ns[index] * 1e-9, events.x[index], events.y[index], u, v, weight), quality
+
+
+def flow_quality(sequence, index, u, v) -> dict:
+    """Sign agreement and median relative magnitude error of flows (see sequence_flows)."""
+    speed = np.hypot(u, v)
+    signal = (~np.asarray(sequence.is_noise, bool)[index] & np.isfinite(sequence.depth_m[index])
+              & (speed > 0))
+    exact = sequence.flow_px_s[index[signal]].astype(np.float64)
+    projected = (u[signal] * exact[:, 0] + v[signal] * exact[:, 1]) / speed[signal]
+    if not len(projected):
+        return {'pos': float('nan'), 'relative': float('nan')}
+    relative = np.abs(speed[signal] - projected) / np.maximum(np.abs(projected), 1e-9)
+    return {'pos': float(np.mean(projected > 0)), 'relative': float(np.median(relative))}
 
 
 def log(message, quiet=False):
@@ -336,9 +360,12 @@ def evaluate_specs(specs, duration_s, config, flow='estimated', model=None, stri
                     simulate3d.save_npz3d(sequence, cached)
         log(f'[{number}/{len(items)}] {name}: {len(sequence.events):,} events, flows '
             f'({flow}, stride {stride}{", confidence" if confidence else ""})', quiet)
-        flows = sequence_flows(sequence, flow, model, stride, confidence, progress=not quiet)
+        flows, quality = sequence_flows(sequence, flow, model, stride, confidence,
+                                        progress=not quiet)
         results.append(evaluate_sequence(sequence, name, flows, config))
+        results[-1].flow_quality = quality
         row = summary_row(results[-1:])
-        log(f'    direction error median with gyro {row["gyro_dir_med"]:.2f} deg, without '
-            f'{row["free_dir_med"]:.2f} deg', quiet)
+        log(f'    flows: {100 * quality["pos"]:.1f} % with the right sign, median relative '
+            f'magnitude error {100 * quality["relative"]:.0f} %; direction error median with '
+            f'gyro {row["gyro_dir_med"]:.2f} deg, without {row["free_dir_med"]:.2f} deg', quiet)
     return results
