@@ -45,7 +45,7 @@ def heading_deg(direction):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
-    parser.add_argument('--trajectory', default='accelerating',
+    parser.add_argument('--trajectory', default='constant',
                         help='simulate3d trajectory: constant, accelerating, turning, approach')
     parser.add_argument('--seed', type=int, default=3)
     parser.add_argument('--duration-s', type=float, default=1.0)
