@@ -353,3 +353,18 @@ def test_estimator_waits_briefly_for_late_imu_samples():
     assert time.monotonic() - start_s < 0.4
     assert not recorder.estimates[-1][0].omega_from_gyro
     assert stream.counters.totals['windows_without_gyro'] == 1
+
+
+def test_corrupt_flow_times_are_dropped_not_waited_for():
+    windows = FlowWindows(window_s=0.03, max_flows=1000)
+    messages = list(_stream_messages(100_000, 0.1))
+    closed = []
+    for index, (stamp_ns, columns) in enumerate(messages):
+        if index == 2:
+            columns.t[:3] = [np.nan, 1e30, -np.inf]
+        closed += windows.add(stamp_ns, columns)
+    assert windows.bad_times == 3 and len(closed) == 3 and windows.gaps == 0
+    # A header stamp going back counts one reset, also when its message is empty.
+    assert windows.add(messages[0][0], columns_of([], [], [], [], [])) == []
+    windows.add(messages[1][0], messages[1][1])
+    assert windows.time_resets == 1

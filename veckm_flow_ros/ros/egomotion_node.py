@@ -112,8 +112,8 @@ OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
 IMU_RECEIVE_PERIOD_S = 0.01
 RECEIVE_WAIT_NS = 100_000_000
 # Counters whose increase in a diagnostics period makes the status WARN.
-WARNING_COUNTERS = ('bad_flow_messages', 'bad_camera_infos', 'bad_imu_messages',
-                    'dropped_windows', 'failed_windows', 'time_resets')
+WARNING_COUNTERS = ('bad_flow_messages', 'flows_with_bad_times', 'bad_camera_infos',
+                    'bad_imu_messages', 'dropped_windows', 'failed_windows', 'time_resets')
 
 
 def ttc_image(grid_s: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
@@ -349,8 +349,8 @@ class EgomotionNode(Node):
                for name in ('windows', 'estimates', 'undetermined_windows', 'sparse_windows',
                             'windows_without_camera', 'windows_without_gyro',
                             'dropped_windows', 'failed_windows', 'bad_flow_messages',
-                            'bad_camera_infos', 'bad_imu_messages', 'camera_changes', 'gaps',
-                            'time_resets', 'imu_resets')},
+                            'flows_with_bad_times', 'bad_camera_infos', 'bad_imu_messages',
+                            'camera_changes', 'gaps', 'time_resets', 'imu_resets')},
         }
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: egomotion',
                                   message=message,

@@ -61,6 +61,10 @@ WEIGHT_FIELDS = ('validity', 'confidence')  # the first present weights the flow
 LATENCY_SAMPLES = 2000
 # The gyro buffer keeps this much IMU history [s] (windows are computed within ~0.1 s).
 GYRO_HISTORY_S = 2.0
+# Flows whose t lies further than this from their header stamp [s] (or is not finite) are
+# dropped and counted: the flow node's lie within tau + block (tens of ms) before it, and one
+# corrupt time must not hold a window open.
+MAX_FLOW_T_S = 10.0
 
 
 @dataclass
@@ -156,7 +160,8 @@ class FlowWindows:
     Cut flow messages into windows of window_s of sensor time (see the module docstring).
 
     add() returns the windows the message closed (zero, one or several); counters: gaps,
-    time_resets, dropped_flows (of a window dropped by a reset).
+    time_resets, dropped_flows (of a window dropped by a reset), bad_times (flows dropped for
+    a t beyond MAX_FLOW_T_S or not finite).
     """
 
     def __init__(self, window_s: float, max_flows: int):
@@ -168,6 +173,7 @@ class FlowWindows:
         self.gaps = 0
         self.time_resets = 0
         self.dropped_flows = 0
+        self.bad_times = 0
         self._origin_ns = None      # times are float64 seconds relative to this stamp
         self._newest_stamp_ns = None
         self._start_s = 0.0
@@ -189,6 +195,12 @@ class FlowWindows:
             self.time_resets += 1
             self.dropped_flows += self._received
             self._origin_ns = None
+            self._newest_stamp_ns = stamp_ns
+        good = np.abs(columns.t) <= MAX_FLOW_T_S  # False for NaN
+        if not good.all():
+            self.bad_times += int(len(good) - np.count_nonzero(good))
+            columns = FlowColumns(*(None if a is None else a[good] for a in (
+                columns.x, columns.y, columns.t, columns.u, columns.v, columns.weight)))
         if len(columns) == 0:
             if self._origin_ns is not None:
                 self._newest_stamp_ns = max(self._newest_stamp_ns, stamp_ns)
@@ -269,7 +281,7 @@ class Counters:
              'sparse_windows', 'windows_without_camera', 'windows_without_gyro',
              'dropped_windows', 'failed_windows', 'bad_flow_messages', 'bad_camera_infos',
              'bad_imu_messages', 'camera_changes', 'gaps', 'time_resets', 'imu_resets',
-             'window_flows_received', 'window_flows_used')
+             'window_flows_received', 'window_flows_used', 'flows_with_bad_times')
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -419,10 +431,15 @@ class EgomotionStream:
     def add_flow(self, stamp_ns: int, columns: FlowColumns, frame_id: str = ''):
         """Add one ~/flow message; queue the windows it closes."""
         windows = self.windows
-        gaps, resets = windows.gaps, windows.time_resets
+        gaps, resets, bad_times = windows.gaps, windows.time_resets, windows.bad_times
         closed = windows.add(stamp_ns, columns, frame_id)
         self.counters.add(messages=1, flows=len(columns), gaps=windows.gaps - gaps,
-                          time_resets=windows.time_resets - resets)
+                          time_resets=windows.time_resets - resets,
+                          flows_with_bad_times=windows.bad_times - bad_times)
+        if windows.bad_times != bad_times:
+            self._throttled('warning', f'~/flow message with {windows.bad_times - bad_times} '
+                            f'flow(s) whose t is not finite or beyond {MAX_FLOW_T_S:g} s of the '
+                            'header stamp: dropped')
         if windows.time_resets != resets:
             self._throttled('warning', f'~/flow header stamp went back by more than window_s '
                             f'({self.config["window_s"]:g} s): open window dropped, windows '
