@@ -188,6 +188,24 @@ def test_gyro_has_the_documented_bias_and_noise():
     assert np.abs(bias).max() > 1e-4
 
 
+def test_gyro_in_a_rotated_imu_frame_on_a_shifted_clock():
+    # 90 degrees about the camera's z: IMU x = camera y, IMU y = -camera x.
+    rotation = (0.0, -1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+    gyro = simulate3d.GyroConfig(noise_density_rad_s_sqrt_hz=0.0, bias_sigma_rad_s=0.0,
+                                 rotation_cam_imu=rotation, time_offset_s=0.002)
+    scene = simulate3d.make_scene3d('turning', seed=8, width=16, height=12, gyro=gyro)
+    sequence = simulate3d.simulate3d(scene, 0.02, seed=8)
+    np.testing.assert_allclose(sequence.gyro_t_s, sequence.gt_t_s - 0.002)
+    omega = sequence.gt_omega_rad_s
+    np.testing.assert_allclose(sequence.gyro_rad_s[:, 0], omega[:, 1])
+    np.testing.assert_allclose(sequence.gyro_rad_s[:, 1], -omega[:, 0])
+    np.testing.assert_allclose(sequence.gyro_rad_s[:, 2], omega[:, 2])
+    np.testing.assert_allclose(sequence.gyro_rad_s @ np.reshape(rotation, (3, 3)).T, omega,
+                               atol=1e-15)
+    with pytest.raises(ValueError, match='rotation_cam_imu must be a 3x3 rotation'):
+        simulate3d.GyroConfig(rotation_cam_imu=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0))
+
+
 def test_distortion_changes_the_image_not_the_world():
     pinhole, _ = _sequence('turning', seed=9, duration_s=0.005)
     distorted = simulate3d.make_scene3d('turning', seed=9, width=WIDTH, height=HEIGHT,
