@@ -40,7 +40,7 @@ evaluation all call estimate() per window. GyroBuffer averages gyroscope samples
 window (bounded memory).
 """
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 import math
 from typing import Optional
 
@@ -130,7 +130,6 @@ class EgomotionEstimate:
     min_ttc_s: float
     inlier_fraction: float
     translation_fit: float = float('nan')  # explained share of the derotated flow, [0, 1]
-    extra: dict = field(default_factory=dict)
 
 
 def fibonacci_sphere(count: int) -> np.ndarray:
@@ -222,6 +221,10 @@ class EgomotionEstimator:
         self._mt_map = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
 
     # ---- public ---------------------------------------------------------------------------
+
+    def reset(self):
+        """Forget the previous window's direction (after a time jump or a new camera)."""
+        self._previous = None
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
                  t_s=0.0) -> EgomotionEstimate:
@@ -457,15 +460,13 @@ class EgomotionEstimator:
         return direction
 
     @staticmethod
-    def _cell_fit(window, r, direction, signed=False):
-        """Per-flow residual of the cell-depth fit (or, signed, the cells' weighted rho)."""
+    def _cell_fit(window, r, direction):
+        """Per-flow residual of the cell-depth fit (cells with negative depth not fitted)."""
         w = window.weight * window.robust
         b = window.a @ direction
         s_bb = np.bincount(window.cell, w * b * b, window.num_cells)
         s_br = np.bincount(window.cell, w * b * r, window.num_cells)
         rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
-        if signed:
-            return np.sign(rho) * np.bincount(window.cell, w, window.num_cells)
         return r - np.maximum(rho, 0.0)[window.cell] * b
 
     def _reweight(self, window, r, residual):

@@ -130,6 +130,9 @@ def evaluate_sequence(sequence, name, flows, config: EgomotionConfig) -> Sequenc
     edges = np.arange(t_s[0], t_s[-1] + config.window_s, config.window_s) if len(t_s) else \
         np.zeros(1)
     truth = window_truth(sequence, edges, config)
+    if sequence.gyro_t_s is None or len(sequence.gyro_t_s) < 2:
+        raise ValueError(f'{name}: the sequence has no gyroscope samples (gyro_t_s); simulate '
+                         'it again with simulate3d')
     gyro = GyroBuffer(max_age_s=float(np.ptp(sequence.gyro_t_s)) + 1.0,
                       max_samples=len(sequence.gyro_t_s) + 1)
     gyro.add(sequence.gyro_t_s, sequence.gyro_rad_s)
