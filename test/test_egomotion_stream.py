@@ -368,3 +368,23 @@ def test_corrupt_flow_times_are_dropped_not_waited_for():
     assert windows.add(messages[0][0], columns_of([], [], [], [], [])) == []
     windows.add(messages[1][0], messages[1][1])
     assert windows.time_resets == 1
+
+
+def test_time_reset_makes_the_estimator_forget_the_previous_window():
+    recorder = Recorder()
+    stream = EgomotionStream(default_egomotion_config(max_queued_windows=10), recorder.publish,
+                             recorder.log)
+    stream.set_camera(CAMERA)
+    messages = _window_messages(CAMERA, (0.3, -0.1, 1.0), (0.2, -0.3, 0.1), windows=2)
+    for stamp_ns, columns in messages + messages:  # the second pass: a bag loop
+        stream.add_flow(stamp_ns, columns)
+    generations = [window.generation for window in stream._queue]
+    assert generations == [0, 0, 1, 1]
+    stream.compute(stream._queue.popleft())  # builds the estimator
+    resets = []
+    original_reset = stream._estimator.reset
+    stream._estimator.reset = lambda: (resets.append(len(recorder.estimates)),
+                                       original_reset())
+    while stream._queue:
+        stream.compute(stream._queue.popleft())
+    assert resets == [2] and len(recorder.estimates) == 4  # before the first after the loop

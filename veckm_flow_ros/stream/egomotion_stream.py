@@ -136,7 +136,8 @@ class FlowWindow:
     stamp_ns: the window centre [ns] (stamp of the outputs); x, y [px], u, v [px/s]:
     float32 arrays; weight: float32 [0..1] or None; received_flows: flows that fell into the
     window before subsampling; closed_s: time.monotonic() when the message that closed it
-    arrived (the start of the latency measurement).
+    arrived (the start of the latency measurement); generation: the number of time resets
+    before it (the estimator forgets its previous window when this changes).
     """
 
     t0_s: float
@@ -150,6 +151,7 @@ class FlowWindow:
     received_flows: int
     frame_id: str
     closed_s: float
+    generation: int = 0
 
     def __len__(self):
         return len(self.x)
@@ -267,7 +269,7 @@ class FlowWindows:
             t0_s=self._origin_ns * 1e-9 + self._start_s, t1_s=self._origin_ns * 1e-9 + end_s,
             stamp_ns=self._origin_ns + int(round(centre_s * 1e9)), x=x, y=y, u=u, v=v,
             weight=weight, received_flows=self._received, frame_id=frame_id,
-            closed_s=now_s)
+            closed_s=now_s, generation=self.time_resets)
         # The next window starts with half the stride: it adapts down when the rate drops.
         self._stride = max(1, self._stride // 2)
         self._clear()
@@ -387,6 +389,7 @@ class EgomotionStream:
         self._camera = None
         self._estimator = None
         self._estimator_camera = None
+        self._estimator_generation = 0
         self._queue = collections.deque()
         self._wake = threading.Condition()
         self._stop = False
@@ -521,6 +524,9 @@ class EgomotionStream:
             from veckm_flow_ros.core.egomotion import EgomotionEstimator
             self._estimator = EgomotionEstimator(camera, self._estimator_config)
             self._estimator_camera = camera
+        elif window.generation != self._estimator_generation:
+            self._estimator.reset()  # time jumped back: the last direction says nothing
+        self._estimator_generation = window.generation
         omega_rad_s = self._gyro_mean(window) if self.config['use_imu'] else None
         source = 'gyro' if omega_rad_s is not None else 'flow'
         if omega_rad_s is None:
