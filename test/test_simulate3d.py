@@ -149,7 +149,7 @@ def test_full_size_image_speeds_are_in_the_documented_range(trajectory):
 
 def test_event_count_noise_and_ground_truth_columns():
     noise_hz = 2.0
-    scene, sequence = _sequence('constant', seed=6, duration_s=0.05, noise_hz=noise_hz)
+    scene, sequence = _sequence('turning', seed=6, duration_s=0.05, noise_hz=noise_hz)
     n_noise = int(sequence.is_noise.sum())
     expected = noise_hz * WIDTH * HEIGHT * 0.05
     assert abs(n_noise - expected) < 5 * math.sqrt(expected)
@@ -172,19 +172,38 @@ def test_event_count_noise_and_ground_truth_columns():
 
 
 def test_gyro_has_the_documented_bias_and_noise():
-    gyro = simulate3d.GyroConfig(rate_hz=2000.0, noise_density_rad_s_sqrt_hz=1e-3,
+    gyro = simulate3d.GyroConfig(rate_hz=10000.0, noise_density_rad_s_sqrt_hz=1e-3,
                                  bias_sigma_rad_s=0.02)
     scene = simulate3d.make_scene3d('turning', seed=8, width=32, height=24, gyro=gyro)
-    sequence = simulate3d.simulate3d(scene, 0.5, seed=8)
+    sequence = simulate3d.simulate3d(scene, 0.1, seed=8)
     assert len(sequence.gyro_t_s) == 1001
-    np.testing.assert_allclose(np.diff(sequence.gyro_t_s), 1 / 2000.0)
+    np.testing.assert_allclose(np.diff(sequence.gyro_t_s), 1e-4)
+    np.testing.assert_array_equal(sequence.gyro_t_s, sequence.gt_t_s)
     error = sequence.gyro_rad_s - sequence.gt_omega_rad_s
     bias = np.array(sequence.description['gyro_bias_rad_s'])
-    sigma = 1e-3 * math.sqrt(2000.0)
+    sigma = 1e-3 * math.sqrt(10000.0)
     assert sequence.description['gyro_noise_sigma_rad_s'] == pytest.approx(sigma)
     np.testing.assert_allclose(error.mean(0), bias, atol=4 * sigma / math.sqrt(1001))
     np.testing.assert_allclose(error.std(0), sigma, rtol=0.15)
     assert np.abs(bias).max() > 1e-4
+
+
+def test_gyro_in_a_rotated_imu_frame_on_a_shifted_clock():
+    # 90 degrees about the camera's z: IMU x = camera y, IMU y = -camera x.
+    rotation = (0.0, -1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+    gyro = simulate3d.GyroConfig(noise_density_rad_s_sqrt_hz=0.0, bias_sigma_rad_s=0.0,
+                                 rotation_cam_imu=rotation, time_offset_s=0.002)
+    scene = simulate3d.make_scene3d('turning', seed=8, width=16, height=12, gyro=gyro)
+    sequence = simulate3d.simulate3d(scene, 0.02, seed=8)
+    np.testing.assert_allclose(sequence.gyro_t_s, sequence.gt_t_s - 0.002)
+    omega = sequence.gt_omega_rad_s
+    np.testing.assert_allclose(sequence.gyro_rad_s[:, 0], omega[:, 1])
+    np.testing.assert_allclose(sequence.gyro_rad_s[:, 1], -omega[:, 0])
+    np.testing.assert_allclose(sequence.gyro_rad_s[:, 2], omega[:, 2])
+    np.testing.assert_allclose(sequence.gyro_rad_s @ np.reshape(rotation, (3, 3)).T, omega,
+                               atol=1e-15)
+    with pytest.raises(ValueError, match='rotation_cam_imu must be a 3x3 rotation'):
+        simulate3d.GyroConfig(rotation_cam_imu=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0))
 
 
 def test_distortion_changes_the_image_not_the_world():
@@ -247,6 +266,10 @@ def test_bad_arguments_name_the_value():
     scene = simulate3d.make_scene3d('constant', width=16, height=12)
     with pytest.raises(ValueError, match='duration must be positive'):
         simulate3d.simulate3d(scene, 0.0)
+    # The approach reaches the wall after its time to contact (at most 3 s).
+    scene = simulate3d.make_scene3d('approach', width=16, height=12)
+    with pytest.raises(ValueError, match='camera reaches a wall'):
+        simulate3d.simulate3d(scene, 4.0)
 
 
 def test_heldout_specs_are_distinct_and_cover_the_trajectories():
@@ -273,8 +296,16 @@ def test_cli_writes_events_gyro_and_camera(tmp_path, capsys):
     named = tmp_path / 'g.npz'
     assert main(['simulate', '--scene', '3d', '--out', str(tmp_path / 'b.npz'), '--width',
                  '32', '--height', '24', '--duration-s', '0.01', '--gyro-out', str(named),
-                 '--camera-out', str(tmp_path / 'cam.yaml')]) == 0
+                 '--camera-out', str(tmp_path / 'cam.yaml'), '--bag',
+                 str(tmp_path / 'bag')]) == 0
     assert named.exists() and (tmp_path / 'cam.yaml').exists()
+    from veckm_flow_ros.eventio.bag import EventBag
+    with EventBag(tmp_path / 'bag') as bag:
+        topics = bag.topics()
+    assert topics['/imu/data'].msgtype == 'sensor_msgs/msg/Imu'
+    assert topics['/imu/data'].message_count == 11
+    assert topics['/event_camera/camera_info'].message_count == 1
+    assert topics['/event_camera/events'].message_count >= 1
     capsys.readouterr()
 
 

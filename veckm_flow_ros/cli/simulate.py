@@ -104,7 +104,9 @@ def beside(out, suffix):
 
 
 def run_3d(args):
-    from veckm_flow_ros.eventio.bag import DEFAULT_EVENT_TOPIC, write_event_bag
+    """Simulate a 3D scene; write the sequence, gyroscope, camera (and bag)."""
+    from veckm_flow_ros.eventio.bag import (DEFAULT_CAMERA_INFO_TOPIC, DEFAULT_EVENT_TOPIC,
+                                            DEFAULT_IMU_TOPIC, write_event_bag)
     from veckm_flow_ros.learning import simulate3d
     if args.speed_px_s is not None:
         raise ValueError('--speed-px-s applies to 2D scenes only: the image speed of --scene 3d '
@@ -131,8 +133,12 @@ def run_3d(args):
     scene.camera.to_yaml(camera_out)
     if args.bag:
         packets = write_event_bag(args.bag, sequence.events, sequence.width, sequence.height,
-                                  args.encoding, packet_duration_ns=int(args.packet_ms * 1e6))
-        print(f'{args.bag}: {packets} {args.encoding} EventPackets on {DEFAULT_EVENT_TOPIC}')
+                                  args.encoding, packet_duration_ns=int(args.packet_ms * 1e6),
+                                  gyro=(sequence.gyro_t_s, sequence.gyro_rad_s),
+                                  camera=scene.camera)
+        print(f'{args.bag}: {packets} {args.encoding} EventPackets on {DEFAULT_EVENT_TOPIC}, '
+              f'{len(sequence.gyro_t_s)} sensor_msgs/Imu on {DEFAULT_IMU_TOPIC}, the '
+              f'sensor_msgs/CameraInfo on {DEFAULT_CAMERA_INFO_TOPIC}')
     elapsed = time.perf_counter() - start
     print(f'{args.out}: {len(sequence)} events ({int(sequence.is_noise.sum())} noise), '
           f'{args.width}x{args.height}, {args.duration_s} s, trajectory '

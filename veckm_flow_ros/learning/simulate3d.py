@@ -80,10 +80,13 @@ FOCAL_PER_WIDTH = 250.0 / 346.0
 OCCLUSION_DEPTH_RATIO = 0.03
 # Pose integration grid [s].
 POSE_STEP_S = 1e-4
+# Random textures of the ground and the walls: not the periodic ones (gratings, checker),
+# which would make most of the image ambiguous under the aperture problem; boxes use all.
+ROOM_TEXTURES = ('noise', 'edges', 'polygons', 'bars', 'pink', 'blobs')
 # Largest texture raster of a plane [texels].
 MAX_TEXTURE_PX = 1024
 # Largest stretch of a pixel's footprint on a grazing surface used for the mip level.
-MAX_FOOTPRINT_STRETCH = 4.0
+MAX_FOOTPRINT_STRETCH = 16.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,7 +130,8 @@ class Trajectory:
     Camera body twist linear in time, in the camera optical frame.
 
     v0_m_s, accel_m_s2: linear velocity at t = 0 and its rate; omega0_rad_s,
-    angular_accel_rad_s2: angular velocity at t = 0 and its rate. All (3,) float64.
+    angular_accel_rad_s2: angular velocity at t = 0 and its rate. All (3,) float64. The pose
+    grid is cached: build a new Trajectory rather than changing these after use.
     """
 
     kind: str
@@ -232,8 +236,9 @@ class Plane:
     A textured rectangle: origin_m + s axis_u + t axis_v, 0 <= s <= size_m[0], 0 <= t <= size[1].
 
     atlas: float32 raster holding the log-intensity mip pyramid (level 0 = the texture, texel
-    size texel_m; each level padded by one texel for bilinear reads at its reflected border);
-    level_size, level_x0, level_y0: per level raster size and position in the atlas.
+    size texel_m, covering the whole rectangle; each level padded by one mirrored texel for
+    bilinear reads at its far border); level_size, level_x0, level_y0: per level raster size
+    and position in the atlas.
     """
 
     origin_m: np.ndarray
@@ -386,15 +391,31 @@ def _hit(plane, origin_m, columns):
 @dataclass
 class GyroConfig:
     """
-    Gyroscope model (camera frame).
+    Gyroscope model.
 
     Defaults: a consumer MEMS IMU (BMI088-class noise density 0.014 deg/s/sqrt(Hz)), an
-    uncalibrated bias of about 0.3 deg/s per axis.
+    uncalibrated bias of about 0.3 deg/s per axis, aligned with the camera and on its clock.
+    rotation_cam_imu (9 values, row-major) and time_offset_s have the meaning of
+    core.egomotion.GyroBuffer's arguments: omega_camera = R omega_imu, camera time = IMU
+    time + time_offset_s; the samples are then omega_imu = R^T omega_camera + bias + noise at
+    IMU times gt_t_s - time_offset_s.
     """
 
     rate_hz: float = 1000.0
     noise_density_rad_s_sqrt_hz: float = 2.4e-4
     bias_sigma_rad_s: float = 5e-3
+    rotation_cam_imu: tuple = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
+    time_offset_s: float = 0.0
+
+    def __post_init__(self):
+        rotation = np.asarray(self.rotation_cam_imu, np.float64)
+        if rotation.size != 9 or not np.allclose(rotation.reshape(3, 3) @ rotation.reshape(
+                3, 3).T, np.eye(3), atol=1e-6) or np.linalg.det(rotation.reshape(3, 3)) < 0:
+            raise ValueError(f'rotation_cam_imu must be a 3x3 rotation matrix (9 values), got '
+                             f'{rotation.tolist()}')
+        if not (self.rate_hz > 0 and math.isfinite(self.time_offset_s)):
+            raise ValueError(f'gyro rate must be > 0 Hz and the time offset finite, got '
+                             f'{self.rate_hz} Hz, {self.time_offset_s} s')
 
 
 @dataclass
@@ -472,7 +493,7 @@ class Scene3D:
             cosine = np.abs(_dot(tuple(c[pixels] for c in columns), plane.normal)) \
                 / self._ray_length[pixels]
             stretch = np.minimum(1.0 / np.maximum(cosine, 1e-6), MAX_FOOTPRINT_STRETCH)
-            footprint = depth[pixels] * self._ray_length[pixels] / focal * stretch
+            footprint = depth[pixels] / focal * stretch
             level[pixels] = plane.sample(hit_u[pixels], hit_v[pixels], footprint)
         depth = np.where(self._valid, depth, np.nan)
         index[~self._valid] = -1
@@ -519,18 +540,31 @@ class Scene3D:
             return None
         return (np.arange(r0, r1)[:, None] * self.width + np.arange(c0, c1)[None, :]).reshape(-1)
 
-    def pixel_flow(self, depth, t_s):
-        """Motion field [px/s] (H, W, 2) float32 of a depth image at time t_s."""
+    def pixel_flow(self, depth, t_s, stride=1):
+        """
+        Motion field [px/s] (H, W, 2) float32 of a depth image (H, W) at time t_s.
+
+        stride: evaluate every stride-th row and column only (shape (H / s, W / s, 2)).
+        """
         v, omega = self.trajectory.twist(t_s)
-        rays = self._rays32
+        shape = (self.height, self.width)
+        grid = (slice(None, None, stride), slice(None, None, stride))
+        rays = self._rays32.reshape(shape + (3,))[grid]
+        depth = np.asarray(depth)[grid]
         with np.errstate(divide='ignore', invalid='ignore'):
-            inverse = np.where(np.isfinite(depth.reshape(-1)), 1.0 / depth.reshape(-1), 0.0)
-        dx, dy = motion_field(rays[:, 0], rays[:, 1], inverse.astype(np.float32),
-                              v[0].astype(np.float32), omega[0].astype(np.float32))
-        m = self._to_pixels
-        flow = np.stack([m[:, 0, 0] * dx + m[:, 0, 1] * dy, m[:, 1, 0] * dx + m[:, 1, 1] * dy], 1)
-        flow[~self._valid] = 0.0
-        return flow.reshape(self.height, self.width, 2)
+            inverse = np.where(np.isfinite(depth), 1.0 / depth, 0.0).astype(np.float32)
+        dx, dy = motion_field(rays[..., 0], rays[..., 1], inverse, v[0].astype(np.float32),
+                              omega[0].astype(np.float32))
+        m = self._to_pixels.reshape(shape + (2, 2))[grid]
+        flow = np.stack([m[..., 0, 0] * dx + m[..., 0, 1] * dy,
+                         m[..., 1, 0] * dx + m[..., 1, 1] * dy], -1)
+        flow[~self._valid.reshape(shape)[grid]] = 0.0
+        return flow
+
+    def max_speed_px_s(self, depth, t_s):
+        """Largest image speed [px/s] of a depth image at t_s (every second pixel, +5 %)."""
+        flow = self.pixel_flow(depth, t_s, stride=2)
+        return 1.05 * float(np.sqrt(np.max(flow[..., 0] ** 2 + flow[..., 1] ** 2)))
 
     def cast(self, t_s, index):
         """
@@ -585,14 +619,17 @@ def _make_trajectory(kind, rng):
     """Random twist of a trajectory kind; returns (Trajectory, approach wall distance or None)."""
     zero = np.zeros(3)
     if kind == 'constant':
-        direction = _unit([rng.uniform(-0.5, 0.5), rng.uniform(-0.15, 0.15), 1.0])
-        return Trajectory(kind, rng.uniform(0.8, 2.0) * direction, zero,
-                          rng.normal(0.0, 0.3, 3), zero), None
+        direction = _unit([rng.uniform(-0.6, 0.6), rng.uniform(-0.15, 0.15), 1.0])
+        omega = rng.uniform(0.2, 0.6) * _unit(rng.normal(0.0, 1.0, 3))
+        return Trajectory(kind, rng.uniform(1.2, 2.5) * direction, zero, omega, zero), None
     if kind == 'accelerating':
         direction = _unit([rng.uniform(-0.3, 0.3), rng.uniform(-0.1, 0.1), 1.0])
         accel = rng.uniform(3.0, 6.0) * direction + rng.normal(0.0, 0.5, 3)
-        return Trajectory(kind, rng.uniform(0.2, 0.6) * direction, accel,
-                          rng.normal(0.0, 0.2, 3), rng.normal(0.0, 1.0, 3)), None
+        # Mostly yaw: a pitching camera would soon look at the sky above the walls.
+        omega = rng.uniform(0.2, 0.4) * _unit(rng.normal(0.0, [0.3, 1.0, 0.3]))
+        angular_accel = rng.normal(0.0, [0.2, 0.6, 0.2])
+        return Trajectory(kind, rng.uniform(0.4, 0.8) * direction, accel, omega,
+                          angular_accel), None
     if kind == 'turning':
         omega = np.array([rng.normal(0.0, 0.1), rng.choice([-1, 1]) * rng.uniform(1.5, 3.0),
                           rng.normal(0.0, 0.1)])
@@ -613,13 +650,13 @@ def _texel_m(depth_m, focal_px):
 
 
 def _textured_plane(rng, origin, axis_u, axis_v, size_m, depth_m, focal_px, texture,
-                    description):
+                    description, choices=simulate.TEXTURES):
     texel = _texel_m(depth_m, focal_px)
     raster = int(np.clip(2 ** math.ceil(math.log2(max(max(size_m) / texel, 1.0))), 64,
                          MAX_TEXTURE_PX))
     # The raster covers the whole plane (large planes get coarser texels).
     texel = max(texel, max(size_m) / (raster - 1))
-    kind = str(rng.choice(simulate.TEXTURES)) if texture == 'random' else texture
+    kind = str(rng.choice(choices)) if texture == 'random' else texture
     log_texture = rng.uniform(0.4, 1.2) * simulate.make_texture(kind, raster, rng) \
         + rng.uniform(-1.0, 1.0)
     return Plane.textured(origin, axis_u, axis_v, size_m, texel, log_texture,
@@ -659,24 +696,31 @@ def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortio
     half_width = rng.uniform(3.0, 6.0)
     front = wall_m if wall_m is not None else rng.uniform(7.0, 12.0)
     back = rng.uniform(4.0, 8.0)
-    wall_height = rng.uniform(2.5, 5.0)
+    wall_height = rng.uniform(3.0, 6.0)
     top = camera_height - wall_height
     ex, ey, ez = np.eye(3)
     planes = [
         _textured_plane(rng, [-half_width, camera_height, -back], ex, ez,
-                        (2 * half_width, front + back), 4.0, focal, texture, {'name': 'ground'}),
+                        (2 * half_width, front + back), 4.0, focal, texture, {'name': 'ground'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [-half_width, top, front], ex, ey, (2 * half_width, wall_height),
-                        front, focal, texture, {'name': 'front wall'}),
+                        front, focal, texture, {'name': 'front wall'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [-half_width, top, -back], ez, ey, (front + back, wall_height),
-                        half_width, focal, texture, {'name': 'left wall'}),
+                        half_width, focal, texture, {'name': 'left wall'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [half_width, top, -back], ez, ey, (front + back, wall_height),
-                        half_width, focal, texture, {'name': 'right wall'}),
+                        half_width, focal, texture, {'name': 'right wall'},
+                        ROOM_TEXTURES),
         _textured_plane(rng, [-half_width, top, -back], ex, ey, (2 * half_width, wall_height),
-                        back, focal, texture, {'name': 'back wall'}),
+                        back, focal, texture, {'name': 'back wall'},
+                        ROOM_TEXTURES),
     ]
     near = 0.6 * front if wall_m is not None else 2.5
+    # Smaller boxes in front of a near wall (approach), so that some fit between camera and wall.
+    box_scale = min(1.0, (front - near) / 3.0)
     for box in range(int(rng.integers(3, 6))):
-        size = rng.uniform(0.3, 1.5, 3)
+        size = rng.uniform(0.3, 1.5, 3) * box_scale
         radius = 0.5 * math.hypot(size[0], size[2])
         position = rng.uniform(0.0, 1.0, 2)
         if near + radius > front - radius - 0.05:
@@ -772,6 +816,23 @@ class SimulatedSequence3D(SimulatedSequence):
         return ttc.astype(np.float32)
 
 
+def _check_inside_room(scene, duration_s):
+    """Raise ValueError when the camera would reach a wall or the ground within duration_s."""
+    room = scene.description.get('room_m')
+    if not room:
+        return
+    t_s = np.linspace(0.0, duration_s, int(math.ceil(duration_s * 1000)) + 1)
+    _, position = scene.trajectory.pose(t_s)  # also integrates the pose grid once
+    margin = 0.05
+    outside = (np.abs(position[:, 0]) > room['half_width'] - margin) \
+        | (position[:, 2] > room['front'] - margin) | (position[:, 2] < margin - room['back']) \
+        | (position[:, 1] > scene.description['camera_height_m'] - margin)
+    if outside.any():
+        t_out = t_s[np.argmax(outside)]
+        raise ValueError(f'the camera reaches a wall or the ground of this scene at t = '
+                         f'{t_out:.3f} s; simulate less than that (duration {duration_s} s)')
+
+
 def _occlusion_mask(depth, surface):
     """Pixels (H, W) bool next to a depth discontinuity between two surfaces."""
     mask = np.zeros(depth.shape, bool)
@@ -798,6 +859,7 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     """
     if not (duration_s > 0 and math.isfinite(duration_s)):
         raise ValueError(f'duration must be positive, got {duration_s} s')
+    _check_inside_room(scene, duration_s)
     rng = np.random.default_rng(seed)
     sensor = scene.sensor
     width, height = scene.width, scene.height
@@ -808,8 +870,9 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     t_prev = 0.0
     next_report = 0.1 * duration_s
     count = 0
+    steps = 0
     while t_prev < duration_s:
-        speed = float(np.max(np.hypot(*np.moveaxis(scene.pixel_flow(depth_prev, t_prev), 2, 0))))
+        speed = scene.max_speed_px_s(depth_prev, t_prev)
         # 10 % margin: the twist changes during the step.
         step = min(sensor.max_step_s, sensor.max_step_px / max(1.1 * speed, 1e-9),
                    duration_s - t_prev)
@@ -833,6 +896,7 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
         level_prev, depth_prev, surface_prev, edge_prev = level_cur, depth_cur, surface_cur, \
             edge_cur
         t_prev = t_cur
+        steps += 1
         if progress is not None and t_prev >= next_report:
             progress(t_prev, count)
             next_report += 0.1 * duration_s
@@ -877,13 +941,16 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
     gyro_rng = np.random.default_rng([seed, 1])
     bias = gyro_rng.normal(0.0, gyro.bias_sigma_rad_s, 3)
     sigma = gyro.noise_density_rad_s_sqrt_hz * math.sqrt(gyro.rate_hz)
-    gyro_rad_s = gt_omega + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
+    rotation = np.asarray(gyro.rotation_cam_imu, np.float64).reshape(3, 3)
+    omega_imu = gt_omega if np.array_equal(rotation, np.eye(3)) else gt_omega @ rotation
+    gyro_rad_s = omega_imu + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
     description = dict(scene.description, duration_s=duration_s, sim_seed=seed,
-                       gyro_bias_rad_s=bias.tolist(), gyro_noise_sigma_rad_s=sigma)
+                       render_steps=steps, gyro_bias_rad_s=bias.tolist(),
+                       gyro_noise_sigma_rad_s=sigma)
     return SimulatedSequence3D(
         events, flow[order].astype(np.float32), is_noise[order], width, height, description,
         scene.camera, depth[order].astype(np.float32), edge[order], gt_t_s, gt_v, gt_omega,
-        gt_t_s.copy(), gyro_rad_s)
+        gt_t_s - gyro.time_offset_s, gyro_rad_s)
 
 
 def heldout_3d_specs(count):
@@ -935,6 +1002,8 @@ def save_gyro_npz(sequence, path):
     np.savez_compressed(path, t=sequence.gyro_t_s, wx=sequence.gyro_rad_s[:, 0],
                         wy=sequence.gyro_rad_s[:, 1], wz=sequence.gyro_rad_s[:, 2],
                         description=np.array(json.dumps({
-                            'frame': 'camera optical frame (x right, y down, z forward)',
+                            'frame': 'IMU frame: omega_camera = rotation_cam_imu omega_imu '
+                                     '(identity by default: camera optical frame, x right, y '
+                                     'down, z forward); camera time = t + time_offset_s',
                             'gyro': sequence.description.get('gyro', {}),
                             'bias_rad_s': sequence.description.get('gyro_bias_rad_s')})))
