@@ -328,44 +328,23 @@ def test_egomotion_command_needs_one_input(egomotion_inputs, capsys):
 
 def write_bag_with_imu(path, events_npz):
     """Write a bag of the events (evt3, 1 ms packets) and a 1 kHz sensor_msgs/Imu topic."""
-    from veckm_flow_ros.eventio.bag import DEFAULT_STAMP_OFFSET_NS, EventBagWriter
+    from veckm_flow_ros.eventio.bag import write_event_bag
     from veckm_flow_ros.eventio.npz import load_events
-    from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
     events, width, height, _ = load_events(events_npz)
-    packets = encode_packets(sort_for_vectors(events), 'evt3', packet_duration_ns=1_000_000)
-    with EventBagWriter(path) as writer:
-        types = writer._typestore.types
-        imu = writer._writer.add_connection('/imu', 'sensor_msgs/msg/Imu',
-                                            typestore=writer._typestore)
-        vector = types['geometry_msgs/msg/Vector3']
-        for index, t_ns in enumerate(range(-10_000_000, 200_000_000, 1_000_000)):
-            stamp_ns = DEFAULT_STAMP_OFFSET_NS + t_ns
-            header = types['std_msgs/msg/Header'](
-                stamp=types['builtin_interfaces/msg/Time'](sec=stamp_ns // 1_000_000_000,
-                                                           nanosec=stamp_ns % 1_000_000_000),
-                frame_id='imu')
-            msg = types['sensor_msgs/msg/Imu'](
-                header=header, orientation=types['geometry_msgs/msg/Quaternion'](
-                    x=0.0, y=0.0, z=0.0, w=1.0),
-                orientation_covariance=np.zeros(9), angular_velocity=vector(x=0.1, y=0.0, z=-0.2),
-                angular_velocity_covariance=np.zeros(9),
-                linear_acceleration=vector(x=0.0, y=0.0, z=9.81),
-                linear_acceleration_covariance=np.zeros(9))
-            writer._writer.write(imu, stamp_ns,
-                                 writer._typestore.serialize_cdr(msg, 'sensor_msgs/msg/Imu'))
-        for seq, packet in enumerate(packets):
-            writer.write('/event_camera/events', DEFAULT_STAMP_OFFSET_NS + packet.last_t_ns,
-                         encoding='evt3', events=packet.data, width=width, height=height,
-                         seq=seq, time_base=packet.time_base)
+    t_s = np.arange(-0.01, 0.2, 0.001)
+    rates = np.tile([0.1, 0.0, -0.2], (len(t_s), 1))
+    write_event_bag(path, events, width, height, gyro=(t_s, rates))
 
 
 def test_egomotion_command_on_a_bag_with_imu(egomotion_inputs, capsys):
     """The IMU's rates reach the windows (ROS time), rotated into the camera frame."""
+    from veckm_flow_ros.eventio.bag import DEFAULT_IMU_TOPIC
     folder = egomotion_inputs
     write_bag_with_imu(folder / 'bag', folder / 'events.npz')
     rotation = ['0', '-1', '0', '1', '0', '0', '0', '0', '1']  # camera <- IMU: 90 deg about z
     assert run_cli(folder / 'bag', '--camera-info', folder / 'camera.yaml', '--imu-topic',
-                   '/imu', '--imu-rotation', *rotation, '--out', folder / 'bag_ego.npz') == 0
+                   DEFAULT_IMU_TOPIC, '--imu-rotation', *rotation, '--out',
+                   folder / 'bag_ego.npz') == 0
     with np.load(folder / 'bag_ego.npz') as data:
         assert len(data['t_s']) >= 3 and data['t_s'][0] > 1.7e9  # ROS time
         assert data['omega_from_gyro'].all()
