@@ -246,6 +246,34 @@ class EventBag:
             stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             yield BagMessage(connection.topic, connection.msgtype, stamp_ns, log_time_ns, msg)
 
+    def imu_rates(self, topic: str):
+        """
+        Angular velocities of the sensor_msgs/msg/Imu messages on `topic`.
+
+        Returns (t_s float64 [G], header stamps in seconds; omega float64 [G, 3], rad/s in
+        the IMU frame), in log order. Raises ValueError for a topic that is not an Imu topic.
+        """
+        import numpy as np
+        self._check_open()
+        imu_type = 'sensor_msgs/msg/Imu'
+        topics = self.topics()
+        if topic not in topics or topics[topic].msgtype != imu_type:
+            imu_topics = sorted(name for name, summary in topics.items()
+                                if summary.msgtype == imu_type)
+            raise ValueError(f'topic {topic!r} is not a {imu_type} topic of {self.path}; IMU '
+                             f'topics: {", ".join(imu_topics) or "none"}')
+        connections = [c for c in self._reader.connections if c.topic == topic]
+        t_s, omega = [], []
+        try:
+            for connection, _, raw in self._reader.messages(connections=connections):
+                msg = self._typestore.deserialize_cdr(raw, connection.msgtype)
+                t_s.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
+                rate = msg.angular_velocity
+                omega.append((rate.x, rate.y, rate.z))
+        except Exception as error:  # noqa: B902  (corrupt storage or CDR payload)
+            raise ValueError(f'corrupt message in bag {self.path}: {error}') from None
+        return np.asarray(t_s, np.float64), np.asarray(omega, np.float64).reshape(-1, 3)
+
     def _check_open(self):
         if self._reader is None:
             raise ValueError(f'bag {self.path} is not open; use `with EventBag(path) as bag:`')

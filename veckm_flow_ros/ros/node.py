@@ -53,10 +53,8 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from event_camera_msgs.msg import EventPacket
 import numpy as np
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
-                                SetParametersResult)
+from rcl_interfaces.msg import SetParametersResult
 import rclpy
-from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
@@ -66,9 +64,10 @@ from sensor_msgs.msg import Image, PointCloud2
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points
 from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
-from veckm_flow_ros.ros.messages import image_message
+from veckm_flow_ros.ros.messages import image_message, parameter_descriptor as _descriptor
+from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
 from veckm_flow_ros.stream.frontend import InputPacket
-from veckm_flow_ros.stream.parameters import PARAMETERS, ParameterSpec
+from veckm_flow_ros.stream.parameters import PARAMETERS
 from veckm_flow_ros.stream.pipeline import (ConfigurationError,  # noqa: F401 - raised here
                                             estimated_events, FlowPipeline, Throttle)
 
@@ -92,34 +91,6 @@ FLOW_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
 OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
-
-
-def _descriptor(spec: ParameterSpec) -> ParameterDescriptor:
-    descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
-    if spec.value_range is not None:
-        low, high = spec.value_range
-        if isinstance(spec.default, float):
-            descriptor.floating_point_range = [
-                FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)]
-        else:
-            descriptor.integer_range = [IntegerRange(from_value=low, to_value=high, step=1)]
-    return descriptor
-
-
-class OwnThreadCallbackGroup(ReentrantCallbackGroup):
-    """
-    A callback group that no executor runs: its entities are served by the node's own thread.
-
-    Used for the ~/events subscription and its QoS event handlers. The event handlers matter
-    too: with Fast DDS they wake a wait set on every received message without being ready,
-    so an executor holding them rebuilt its wait set in Python hundreds of times a second.
-    """
-
-    def can_execute(self, entity) -> bool:
-        return False
-
-    def beginning_execution(self, entity) -> bool:
-        return False
 
 
 class VecKMFlowNode(Node):

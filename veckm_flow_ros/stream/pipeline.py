@@ -52,10 +52,8 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 from dataclasses import dataclass
-import math
 import os
 import queue
-import sys
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
@@ -67,7 +65,7 @@ from veckm_flow_ros.core.estimator import (automatic_block_s, check_min_validity
 from veckm_flow_ros.eventio.events import EventArray
 from veckm_flow_ros.eventio.flow_cloud import block_flow_points
 from veckm_flow_ros.eventio.timesync import SeqGapCounter
-from veckm_flow_ros.stream.counters import Statistics
+from veckm_flow_ros.stream.counters import Statistics, Throttle  # noqa: F401 - node
 from veckm_flow_ros.stream.frontend import Events, InputPacket, Reset, Resize, StreamFrontEnd
 from veckm_flow_ros.stream.packet_queue import PacketQueue
 
@@ -165,25 +163,6 @@ class DecodedBatch:
     steps: list
     packets: int
     events: int
-
-
-class Throttle:
-    """Pass at most one message per period from each call site to log()."""
-
-    def __init__(self, log: LogFunction):
-        self._log = log
-        self._times = {}
-
-    def __call__(self, level: str, message: str, period_s: float = 5.0, depth: int = 1):
-        # Cheaper than rclpy's throttle_duration_sec, which looks the caller up (file system
-        # calls) on every call, also when throttled: under overload warnings would add load.
-        caller = sys._getframe(depth)
-        key = (caller.f_code, caller.f_lineno)
-        now = time.monotonic()
-        if now - self._times.get(key, -math.inf) < period_s:
-            return
-        self._times[key] = now
-        self._log(level, message)
 
 
 class FlowPipeline:
