@@ -121,8 +121,9 @@ def test_reads_the_flow_nodes_layouts():
     assert columns.weight is None
     for name in ('x', 'y', 't', 'u', 'v'):
         assert np.array_equal(getattr(columns, name), points[name])
-    points = make_flow_points([1], [3], [0.0], [10], [-5], confidence=[0.25])
-    assert read_flow_cloud(*_cloud(points)).weight.tolist() == [0.25]
+    points = make_flow_points([1, 2], [3, 4], [0.0, 0.0], [10, 10], [-5, -5],
+                              validity=[0.75, np.nan])
+    assert read_flow_cloud(*_cloud(points)).weight.tolist() == [0.75, 1.0]
 
 
 def test_validity_field_weights_before_confidence():
@@ -150,7 +151,7 @@ def test_inconsistent_sizes_are_named():
     fields, step, data = _cloud(make_flow_points([1, 2], [3, 4], [0, 0], [1, 1], [1, 1]))
     with pytest.raises(ValueError, match='says 3x1 points but its data holds 2'):
         read_flow_cloud(fields, step, data, width=3)
-    with pytest.raises(ValueError, match='not a multiple of point_step 20'):
+    with pytest.raises(ValueError, match=f'not a multiple of point_step {step}'):
         read_flow_cloud(fields, step, data[:-1])
     with pytest.raises(ValueError, match='big-endian'):
         read_flow_cloud(fields, step, data, is_bigendian=True)

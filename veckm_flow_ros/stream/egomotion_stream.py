@@ -124,6 +124,11 @@ def read_flow_cloud(fields, point_step: int, data, is_bigendian: bool = False,
                       'offsets': list(formats.values()), 'itemsize': point_step})
     points = np.frombuffer(buffer, dtype=dtype, count=count)
     weight = points[used[5]] if len(used) > 5 else None
+    if weight is not None and np.isnan(weight).any():
+        # NaN = not computed (a flow node or bag that writes the field without a score):
+        # such flows count as fully valid, and a column with no score at all as no weight.
+        weight = None if np.isnan(weight).all() else np.where(np.isnan(weight), 1.0,
+                                                              weight).astype(np.float32)
     return FlowColumns(points['x'], points['y'], points['t'], points['u'], points['v'], weight)
 
 
