@@ -132,7 +132,7 @@ def run(args) -> int:
         print(f'warp score: contrast of {args.warp_window_ms:g} ms windows of events warped '
               'along their flows, over the unwarped contrast (median over windows; > 1: the '
               'flows explain the motion; best s: the flow scale with the highest score)')
-        print(warp_score.format_table(scores))
+        print(warp_score.format_table(scores, recordings=list(sequences)))
     if args.confidence and report.ground_truth:
         flow, confidence, gt = report.pooled(model_name)
         rows = {f'top {100 * row["keep"]:.0f}% (conf >= {row["min_confidence"]:.2f})': row

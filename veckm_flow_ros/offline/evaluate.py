@@ -174,7 +174,7 @@ def has_ground_truth(sequence: SimulatedSequence) -> bool:
 
 def valid_flow(prediction: Prediction, min_validity: Optional[float] = None) -> np.ndarray:
     """
-    The prediction's flow (N, 2), NaN where its validity is below min_validity.
+    Return the prediction's flow (N, 2), NaN where its validity is below min_validity.
 
     min_validity None keeps every flow; a number needs a prediction with validity (an
     estimator whose FlowBlock reports it) and raises ValueError otherwise.

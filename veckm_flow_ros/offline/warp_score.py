@@ -113,7 +113,7 @@ class WarpScore:
         return scale, float(curve[k])
 
     def summary(self) -> Dict[str, float]:
-        """score (median at s = 1), mean_score, best_s, best_score, windows, events."""
+        """Return score (median at s = 1), mean_score, best_s, best_score, windows, events."""
         best_s, best_score = self.best()
         one = np.flatnonzero(np.isclose(self.scales, 1.0))[0]
         return {'score': self.at(1.0),
@@ -261,17 +261,20 @@ class _Canvas:
         return float(np.var(image, dtype=np.float64))
 
 
-def format_table(scores: Dict[str, Dict[str, dict]], title: str = '') -> str:
+def format_table(scores: Dict[str, Dict[str, dict]], title: str = '',
+                 recordings: Optional[Sequence[str]] = None) -> str:
     """
     Return a fixed-width table of {method: {recording: summary}}, one row per pair.
 
     Columns: the median score at s = 1, the best s and the median score there, the counted
-    windows and their events; '-' where no window counted.
+    windows and their events; '-' where no window counted. Rows are grouped by recording, in
+    the order of `recordings` (default: first seen).
     """
     header = (f'{title or "recording":<34} {"method":<34} {"score":>6} {"best s":>6} '
               f'{"@best":>6} {"windows":>7} {"events":>9}')
     lines = [header, '-' * len(header)]
-    recordings = list(dict.fromkeys(name for rows in scores.values() for name in rows))
+    if recordings is None:
+        recordings = list(dict.fromkeys(name for rows in scores.values() for name in rows))
     for recording in recordings:
         for method, rows in scores.items():
             if recording not in rows:
