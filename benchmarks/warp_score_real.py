@@ -26,7 +26,9 @@ the counted windows, and the seconds the warp score itself took.
 simulated: the sanity check of the score, on simulated scenes (240x180, 0.2 s, fixed seeds):
 the ground-truth optical flow, the ground-truth normal flow (simulate.normal_flow_px_s), the
 optical flow scaled by 2 and 0.5 and reversed, the optical flow with 30 deg direction noise
-and 30 % log-normal magnitude noise, then the same methods as on the real recordings.
+and 30 % log-normal magnitude noise, then the same methods as on the real recordings. Each
+method is scored on the events it gives a flow to; the row "ours ... @ plane fit events"
+scores our flow on only the events plane fitting gives a flow to.
 
 --min-validity V scores only the flows whose estimator validity (FlowBlock.validity, where the
 estimator reports one) is at least V; without a validity the script stops with a message.
@@ -69,14 +71,24 @@ def noisy(flow_px_s, seed=0, angle_deg=30.0, log_sigma=0.3):
     return np.stack([c * u - s * v, s * u + c * v], 1).astype(np.float32)
 
 
-def score_methods(methods, sequences, windows_ms, min_validity, extra_flows=None):
-    """Run the methods; return rows {(recording, method, window_ms): summary + seconds}."""
+def score_methods(methods, sequences, windows_ms, min_validity, extra_flows=None,
+                  common_for=None, common_with='plane fit'):
+    """
+    Run the methods; return rows {(recording, method, window_ms): summary + seconds}.
+
+    common_for: a method also scored on only the events that common_with gives a flow to.
+    """
     report = evaluate.evaluate(methods, sequences)
     rows = {}
     for name, sequence in sequences.items():
         flows = dict((extra_flows or {}).get(name, {}))
         for method, predictions in report.predictions.items():
             flows[method] = evaluate.valid_flow(predictions[name], min_validity)
+        if common_with in flows and common_for in flows:
+            # Our flow on only the events plane fitting gives a flow to: the same events.
+            subset = flows[common_for].copy()
+            subset[~np.isfinite(flows[common_with]).all(axis=1)] = np.nan
+            flows[f'{common_for} @ {common_with} events'] = subset
         events = sequence.events
         for method, flow in flows.items():
             for window_ms in windows_ms:
@@ -91,14 +103,14 @@ def score_methods(methods, sequences, windows_ms, min_validity, extra_flows=None
 
 
 def print_rows(rows, windows_ms):
-    header = f'{"recording":<34} {"method":<30}' + ''.join(
+    header = f'{"recording":<34} {"method":<40}' + ''.join(
         f' | {window:>3g} ms: {"score":>6} {"best s":>6} {"@best":>6} {"win":>4} {"s":>5}'
         for window in windows_ms)
     _log(header)
     _log('-' * len(header))
     pairs = list(dict.fromkeys((name, method) for name, method, _ in rows))
     for name, method in pairs:
-        line = f'{name[:34]:<34} {method[:30]:<30}'
+        line = f'{name[:34]:<34} {method[:40]:<40}'
         for window in windows_ms:
             row = rows[(name, method, window)]
             if row['windows']:
@@ -132,7 +144,8 @@ def main(argv=None):
     if args.min_validity is not None and not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     ours = load_model(args.model)
-    methods = {f'ours {ours.name}': evaluate.model_method(ours)}
+    ours_method = f'ours {ours.name}'
+    methods = {ours_method: evaluate.model_method(ours)}
     for name in args.published:
         folder = args.published_dir / name
         if not folder.is_dir():
@@ -157,7 +170,8 @@ def main(argv=None):
                            'GT x 2': 2 * truth, 'GT x 0.5': 0.5 * truth, 'GT reversed': -truth,
                            'GT + noise': noisy(truth, seed)}
             _log(f'{name}: {len(sequence):,} events')
-        rows = score_methods(methods, sequences, args.windows_ms, args.min_validity, extra)
+        rows = score_methods(methods, sequences, args.windows_ms, args.min_validity, extra,
+                             common_for=ours_method)
         _log('')
         print_rows(rows, args.windows_ms)
 
@@ -174,7 +188,8 @@ def main(argv=None):
                  f'{span_s:.3f} s')
             sequences[path.name] = sequence
         start = time.perf_counter()
-        rows = score_methods(methods, sequences, args.windows_ms, args.min_validity)
+        rows = score_methods(methods, sequences, args.windows_ms, args.min_validity,
+                             common_for=ours_method)
         _log(f'\nall methods and scores: {time.perf_counter() - start:.0f} s')
         print_rows(rows, args.windows_ms)
     return 0

@@ -52,10 +52,10 @@ import numpy as np
 DEFAULT_WINDOW_S = 0.050
 # With fewer events the image is a set of isolated blobs whose contrast no warp changes.
 DEFAULT_MIN_EVENTS = 1000
-DEFAULT_SCALES = tuple(round(0.1 * k, 1) for k in range(31))  # 0, 0.1, ..., 3.0
+DEFAULT_SCALES = tuple(round(0.2 * k, 1) for k in range(16))  # 0, 0.2, ..., 3.0
 DEFAULT_BLUR_SIGMA_PX = 1.0
 DEFAULT_MARGIN_PX = 32
-DEFAULT_MAX_WINDOWS = 200
+DEFAULT_MAX_WINDOWS = 60
 JITTER_SEED = 20261126
 
 
@@ -233,9 +233,16 @@ class _Canvas:
         self.width = width + 2 * margin_px
         self.height = height + 2 * margin_px
         self.sigma = blur_sigma_px
+        self.radius = int(math.ceil(3 * blur_sigma_px)) if blur_sigma_px > 0 else 0
 
     def contrast(self, x, y, votes) -> float:
-        """Variance of the blurred image of bilinear votes at (x, y) (sensor pixels)."""
+        """
+        Variance over the canvas of the blurred image of bilinear votes at (x, y) [px].
+
+        Votes whose four pixels are not all on the canvas are dropped. The image is only
+        built over the box that holds the votes (plus the blur's reach): the pixels outside
+        it are zero, so the variance over the whole canvas follows from its sums.
+        """
         cx = x + self.margin
         cy = y + self.margin
         x0 = np.floor(cx)
@@ -244,21 +251,33 @@ class _Canvas:
         fy = cy - y0
         x0 = x0.astype(np.int64)
         y0 = y0.astype(np.int64)
-        index, weight = [], []
-        for dx, dy, share in ((0, 0, (1 - fx) * (1 - fy)), (1, 0, fx * (1 - fy)),
-                              (0, 1, (1 - fx) * fy), (1, 1, fx * fy)):
-            px, py = x0 + dx, y0 + dy
-            inside = (px >= 0) & (px < self.width) & (py >= 0) & (py < self.height)
-            index.append(py[inside] * self.width + px[inside])
-            weight.append((share * votes)[inside])
-        image = np.bincount(np.concatenate(index), np.concatenate(weight),
-                            minlength=self.width * self.height)
-        image = image.reshape(self.height, self.width).astype(np.float32)
+        inside = (x0 >= 0) & (x0 < self.width - 1) & (y0 >= 0) & (y0 < self.height - 1)
+        if not inside.all():
+            x0, y0, fx, fy, votes = x0[inside], y0[inside], fx[inside], fy[inside], \
+                votes[inside]
+        pixels = self.width * self.height
+        if not len(x0):
+            return 0.0
+        left, top = int(x0.min()) - self.radius, int(y0.min()) - self.radius
+        box_w = int(x0.max()) + 2 + self.radius - left
+        box_h = int(y0.max()) + 2 + self.radius - top
+        base = (y0 - top) * box_w + (x0 - left)
+        right_votes = fx * votes
+        left_votes = votes - right_votes
+        index = np.concatenate([base, base + 1, base + box_w, base + box_w + 1])
+        weight = np.concatenate([left_votes * (1 - fy), right_votes * (1 - fy),
+                                 left_votes * fy, right_votes * fy])
+        image = np.bincount(index, weight, minlength=box_w * box_h).reshape(box_h, box_w)
+        # float32 halves the memory traffic of the blur; sums of 1e5-1e6 pixels keep about
+        # five digits, enough for ratios printed to three.
+        image = image.astype(np.float32)
         if self.sigma > 0:
-            size = 2 * int(math.ceil(3 * self.sigma)) + 1
+            size = 2 * self.radius + 1
             image = cv2.GaussianBlur(image, (size, size), self.sigma,
                                      borderType=cv2.BORDER_CONSTANT)
-        return float(np.var(image, dtype=np.float64))
+        flat = image.reshape(-1)
+        mean = float(flat.sum(dtype=np.float64)) / pixels
+        return float(np.dot(flat, flat)) / pixels - mean * mean
 
 
 def format_table(scores: Dict[str, Dict[str, dict]], title: str = '',
