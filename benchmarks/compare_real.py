@@ -135,7 +135,9 @@ def window_panel(events, width, height, ours, theirs, cosine, labels, zoom):
             x, y, flow[:, 0], flow[:, 1], width, height, max_speed, zoom=zoom)))
         row2.append((f'{label}: arrows on events', visualize.render_arrow_image(
             x, y, p, x, y, flow[:, 0], flow[:, 1], width, height, max_speed, zoom=zoom)))
-    agree = np.nanmean(cosine > 0) if np.isfinite(cosine).any() else float('nan')
+    # Over the events both models give a flow to (NaN > 0 would count as disagreement).
+    finite = np.isfinite(cosine)
+    agree = np.mean(cosine[finite] > 0) if finite.any() else float('nan')
     row1.append((f'agreement (green same, red opposite): {100 * agree:.1f} % same half-plane',
                  agreement_image(x, y, cosine, width, height, zoom)))
     row2.append(('direction difference', difference_histogram(
