@@ -15,7 +15,7 @@
 """
 Warp score (offline/warp_score.py) of our model, the published weights and plane fitting.
 
-    .venv/bin/python benchmarks/warp_score_real.py [--set real|simulated|both]
+    .venv/bin/python benchmarks/warp_score_real.py [--set real|simulated|both|timing]
         [--published 640x480_32ms_C64_k8 ...] [--windows-ms 50 20] [--min-validity V]
 
 real: every bag under --recordings (default ../shared/data/recordings), all events (or the
@@ -29,6 +29,10 @@ optical flow scaled by 2 and 0.5 and reversed, the optical flow with 30 deg dire
 and 30 % log-normal magnitude noise, then the same methods as on the real recordings. Each
 method is scored on the events it gives a flow to; the row "ours ... @ plane fit events"
 scores our flow on only the events plane fitting gives a flow to.
+
+timing: the seconds the warp score alone takes on a synthetic 1-minute 640x480 stream of
+200k events/s (edges moving at 300 px/s with their exact flow), with the default cap of
+windows and with every window.
 
 --min-validity V scores only the flows whose estimator validity (FlowBlock.validity, where the
 estimator reports one) is at least V; without a validity the script stops with a message.
@@ -122,9 +126,31 @@ def print_rows(rows, windows_ms):
         _log(line)
 
 
+def time_one_minute(rate_hz=200_000, seconds=60.0, width=640, height=480):
+    """Print the warp score's wall time on a synthetic stream (no model involved)."""
+    count = int(rate_hz * seconds)
+    rng = np.random.default_rng(0)
+    t_s = np.sort(rng.uniform(0, seconds, count))
+    y = rng.integers(0, height, count).astype(np.uint16)
+    edge = rng.integers(0, 30, count)
+    x = (np.round(10 + 21 * edge + 300.0 * t_s) % width).astype(np.uint16)
+    t_ns = np.round(t_s * 1e9).astype(np.int64)
+    flow = np.tile(np.array([300.0, 0.0], np.float32), (count, 1))
+    for max_windows in (warp_score.DEFAULT_MAX_WINDOWS, None):
+        start = time.perf_counter()
+        result = warp_score.warp_score(t_ns, x, y, flow, width, height,
+                                       max_windows=max_windows)
+        _log(f'{count:,} events over {seconds:g} s, {width}x{height}, max_windows '
+             f'{max_windows}: {result.windows} windows, '
+             f'{time.perf_counter() - start:.1f} s wall; score {result.at(1.0):.3f}, '
+             f'best s {result.best()[0]:.2f}')
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--set', choices=('real', 'simulated', 'both'), default='both')
+    parser.add_argument('--set', choices=('real', 'simulated', 'both', 'timing'),
+                        default='both')
     parser.add_argument('--model', default=None, help='our model (default: the default)')
     parser.add_argument('--published', nargs='*', default=list(PUBLISHED),
                         help='published model folders (names under --published-dir)')
@@ -141,6 +167,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.set == 'timing':
+        return time_one_minute()
     if args.min_validity is not None and not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     ours = load_model(args.model)

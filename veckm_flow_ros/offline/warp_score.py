@@ -46,9 +46,9 @@ import cv2
 import numpy as np
 
 # 50 ms: an edge at 100 px/s sweeps 5 px, five times the blur; on the real test recordings
-# (edges at tens of px/s) 20 ms windows leave every method within 2 % of 1, while on simulated
+# that show (slow) motion 20 ms windows leave every model within 2 % of 1, while on simulated
 # translation, rotation, zoom and affine motion up to 800 px/s the ground truth still peaks at
-# s = 0.96..1.03 with 50 ms (docs/warp_score.md).
+# s = 0.97..1.04 with 50 ms (docs/warp_score.md).
 DEFAULT_WINDOW_S = 0.050
 # With fewer events the image is a set of isolated blobs whose contrast no warp changes.
 DEFAULT_MIN_EVENTS = 1000
