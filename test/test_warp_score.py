@@ -189,3 +189,11 @@ def test_evaluate_cli_scores_a_bag_without_ground_truth(model_args, capsys):
     bag_row = warp_rows[next(key for key in veckm if key[0] == 'demo_scene')]
     npz_row = warp_rows[next(key for key in veckm if key[0] == 'demo_scene+')]
     assert bag_row[0] == npz_row[0] and bag_row[3] == npz_row[3]
+
+
+def test_evaluate_cli_names_a_bag_without_events(tmp_path, capsys):
+    from veckm_flow_ros.eventio.bag import EventBagWriter
+    with EventBagWriter(tmp_path / 'empty'):
+        pass
+    assert cli.main(['evaluate', str(tmp_path / 'empty')]) != 0
+    assert 'holds no event messages' in capsys.readouterr().err

@@ -138,6 +138,9 @@ def decode_recording(path, max_events: Optional[int] = None):
                 total += len(result.events)
             if max_events is not None and total >= max_events:
                 break
+    if size is None:
+        raise ValueError(f'bag {path} holds no event messages (EventPacket); nothing to '
+                         'decode')
     events = EventArray.concatenate(parts)[:max_events]
     order = np.argsort(events.t_ns, kind='stable')
     return events[order], size[0], size[1]
