@@ -95,6 +95,7 @@ setup(
         'console_scripts': [
             'veckm-flow = veckm_flow_ros.cli:main',
             'veckm_flow_node = veckm_flow_ros.ros:main',
+            'veckm_egomotion_node = veckm_flow_ros.ros.egomotion_node:main',
         ],
     },
 )

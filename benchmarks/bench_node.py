@@ -32,7 +32,9 @@ source's sensor times are divided by `speed` and played in real time (the scene 
 much faster), so each 20 ms block holds `speed` times the events, as with a busier camera.
 --mode replay: the source as recorded, played `speed` times faster (like ros2 bag play
 --rate): the node must get through `speed` sensor seconds (and blocks) per wall second.
-Configurations: `every` (a flow for every event) and `stride8` (target_stride = 8).
+Configurations: `every` (a flow for every event), `stride8` (target_stride = 8) and
+`every_unfiltered` (`every` with min_validity 0: every flow published, for an A/B of the
+validity filter).
 Messages: one per --packet-wall-ms of wall time (default 1 ms, like a driver cutting packets
 by time); in replay mode at speed s each carries s ms of sensor time.
 
@@ -77,7 +79,8 @@ WIDTH, HEIGHT = 640, 480
 LAG_LIMIT_S = 0.25
 QUIET_S = 2.0
 SHUTDOWN_PROBLEMS = ('terminate called', 'Traceback', 'Exception ignored', 'Segmentation')
-CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8}}
+CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8},
+           'every_unfiltered': {'target_stride': 1, 'min_validity': 0.0}}
 DRIVER_FASTDDS_PROFILE = ROOT / 'config' / 'fastdds_event_driver.xml'
 FASTDDS_PROFILE_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
 
@@ -248,12 +251,13 @@ def _cloud_stamp_and_width(raw: bytes):
     return sec * 1_000_000_000 + nanosec, width
 
 
-def _cloud_oldest_offset_ns(raw: bytes, width: int, point_step: int = 20) -> int:
+def _cloud_oldest_offset_ns(raw: bytes, width: int, point_step: int = 24) -> int:
     """
     Sensor time of the message's oldest flow relative to its stamp [ns, <= 0].
 
-    The node's points are float32 x, y, t, u, v (t: seconds relative to the stamp); the data
-    array ends the CDR buffer, followed by is_dense (1 byte). Returns 0 if the layout differs.
+    The node's points are float32 x, y, t, u, v, validity (t: seconds relative to the
+    stamp; eventio.flow_cloud); the data array ends the CDR buffer, followed by is_dense (1
+    byte). Returns 0 if the layout differs.
     """
     size = width * point_step
     if width == 0 or len(raw) < size + 5 or \
@@ -476,7 +480,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
     parser.add_argument('--role', choices=('main', 'publisher'), default='main')
     parser.add_argument('--model', help='model for the node (path or shipped name)')
-    parser.add_argument('--configs', nargs='+', default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument('--configs', nargs='+', default=['every', 'stride8'],
+                        choices=list(CONFIGS))
     parser.add_argument('--sources', nargs='+', default=['real', 'synthetic'],
                         choices=('real', 'synthetic'))
     parser.add_argument('--speeds', nargs='+', type=float, default=[1.0, 4.0, 10.0])

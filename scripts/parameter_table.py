@@ -13,14 +13,21 @@
 # limitations under the License.
 
 """
-Print the node's parameter table as Markdown, from veckm_flow_ros.stream.parameters.
+Print a node's parameter table as Markdown, from its table of ParameterSpec.
 
-    python3 scripts/parameter_table.py     # paste the output into README.md
+    python3 scripts/parameter_table.py              # veckm_flow_node: paste into README.md
+    python3 scripts/parameter_table.py egomotion    # veckm_egomotion_node: docs/egomotion_node.md
 
-test/test_docs.py checks that the README's table has these names and defaults.
+test/test_docs.py checks that the README's and docs/egomotion_node.md's tables have these
+names and defaults.
 """
 
+import sys
+
+from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.parameters import PARAMETERS
+
+TABLES = {'flow': PARAMETERS, 'egomotion': EGOMOTION_PARAMETERS}
 
 
 def format_value(value) -> str:
@@ -39,10 +46,10 @@ def format_bound(value) -> str:
     return f'{int(value):,}'
 
 
-def parameter_table() -> str:
+def parameter_table(specs=PARAMETERS) -> str:
     """Return the Markdown table: name | default | range | unit and description."""
     lines = ['| name | default | range | unit and description |', '|---|---|---|---|']
-    for spec in PARAMETERS:
+    for spec in specs:
         value_range = '–'
         if spec.value_range is not None:
             low, high = spec.value_range
@@ -54,4 +61,7 @@ def parameter_table() -> str:
 
 
 if __name__ == '__main__':
-    print(parameter_table())
+    name = sys.argv[1] if len(sys.argv) > 1 else 'flow'
+    if name not in TABLES:
+        sys.exit(f'unknown table {name!r}; choose one of {", ".join(TABLES)}')
+    print(parameter_table(TABLES[name]))

@@ -45,3 +45,31 @@ def moving_edges(duration_s=0.3, t0_ns=1_000_000_000, radius_px=50, events_per_p
     order = np.argsort(t_ns, kind='stable')
     events = EventArray(t_ns[order], x[order], y[order], np.ones(len(order), np.uint8))
     return events, gt_u[order], gt_v[order]
+
+
+def background_noise(duration_s=0.3, t0_ns=1_000_000_000, rate_hz_per_px=0.5, width=640,
+                     height=480, seed=1):
+    """Isolated background-activity events: uniform in time and over the sensor (EventArray)."""
+    from veckm_flow_ros.eventio.events import EventArray
+    rng = np.random.default_rng(seed)
+    n = int(rng.poisson(rate_hz_per_px * width * height * duration_s))
+    t_ns = np.sort(t0_ns + rng.integers(0, int(duration_s * 1e9), n))
+    return EventArray(t_ns, rng.integers(0, width, n), rng.integers(0, height, n),
+                      rng.integers(0, 2, n).astype(np.uint8))
+
+
+def hot_pixel(x, y, duration_s=0.3, t0_ns=1_000_000_000, rate_hz=2000.0):
+    """Return the events of a pixel firing on its own at rate_hz (a hot pixel)."""
+    from veckm_flow_ros.eventio.events import EventArray
+    t_ns = t0_ns + np.arange(0, int(duration_s * 1e9), int(1e9 / rate_hz), dtype=np.int64)
+    n = len(t_ns)
+    return EventArray(t_ns, np.full(n, x), np.full(n, y), np.ones(n, np.uint8))
+
+
+def merged(*arrays):
+    """Join EventArrays into one sorted by time (stable); returns (events, source index)."""
+    from veckm_flow_ros.eventio.events import EventArray
+    events = EventArray.concatenate(list(arrays))
+    source = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
+    order = np.argsort(events.t_ns, kind='stable')
+    return events[order], source[order]

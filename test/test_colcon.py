@@ -69,12 +69,15 @@ def test_colcon_build_installs_node_and_share_files(colcon_workspace):
     install = workspace / 'install' / 'veckm_flow_ros'
     assert (install / 'lib' / 'veckm_flow_ros' / 'veckm_flow_node').exists()
     assert (install / 'lib' / 'veckm_flow_ros' / 'veckm-flow').exists()
+    assert (install / 'lib' / 'veckm_flow_ros' / 'veckm_egomotion_node').exists()
     share = install / 'share' / 'veckm_flow_ros'
     assert (share / 'package.xml').exists()
     assert (install / 'share' / 'ament_index' / 'resource_index' / 'packages'
             / 'veckm_flow_ros').exists()
     assert list((share / 'config').glob('*.yaml')), 'config/*.yaml not installed'
     assert list((share / 'launch').glob('*.launch.py')), 'launch/*.launch.py not installed'
+    assert (share / 'launch' / 'veckm_flow_egomotion.launch.py').exists()
+    assert (share / 'config' / 'veckm_egomotion.yaml').exists()
 
 
 def test_installed_node_starts_and_stops_cleanly(colcon_workspace):

@@ -18,11 +18,13 @@ import pathlib
 import re
 
 import pytest
+from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.parameters import PARAMETERS
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = REPO / 'README.md'
+EGOMOTION_NODE_DOC = REPO / 'docs' / 'egomotion_node.md'
 README_MAX_LINES = 250
 # Generated or installed folders: never part of the repository's own files.
 NOT_IN_REPOSITORY = {'.venv', 'out', 'build', 'install', 'log', 'dist'}
@@ -91,6 +93,8 @@ def parse_default(cell: str, like):
         return text == 'true'
     if isinstance(like, str):
         return text.strip('\'"')
+    if isinstance(like, list):
+        return yaml.safe_load(text)
     number = text.replace(',', '').replace('_', '')
     return int(number) if isinstance(like, int) else float(number)
 
@@ -111,6 +115,19 @@ def test_readme_parameter_table_matches_the_code():
     for (name, cell), spec in zip(written, PARAMETERS):
         assert parse_default(cell, spec.default) == spec.default, (
             f'README default of {name} is {cell}, the code says {spec.default!r}')
+
+
+def test_egomotion_parameter_table_matches_the_code():
+    """Check docs/egomotion_node.md's table against EGOMOTION_PARAMETERS (names, defaults)."""
+    rows = markdown_table(EGOMOTION_NODE_DOC.read_text(encoding='utf-8'), '| name | default |')
+    written = [(row[0].strip('`'), row[1]) for row in rows]
+    assert [name for name, _ in written] == [spec.name for spec in EGOMOTION_PARAMETERS], (
+        'docs/egomotion_node.md parameter names differ from EGOMOTION_PARAMETERS; regenerate '
+        'the table with scripts/parameter_table.py egomotion')
+    for (name, cell), spec in zip(written, EGOMOTION_PARAMETERS):
+        assert parse_default(cell, spec.default) == spec.default, (
+            f'docs/egomotion_node.md default of {name} is {cell}, the code says '
+            f'{spec.default!r}')
 
 
 def test_config_yaml_matches_the_code():

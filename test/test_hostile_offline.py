@@ -308,7 +308,10 @@ def test_non_finite_flows_are_left_out_and_counted(model, demo_sequence, tmp_pat
     summary = replay_bag(DEMO_BAG, overflowing, _quick(),
                          ReplayOutputs(npz=tmp_path / 'flows.npz', bag=tmp_path / 'bag'))
     assert 0 < summary.non_finite_flows < clean.flows
-    assert summary.flows + summary.non_finite_flows == clean.flows
+    # Every target is written, left out as NaN/Inf, or left out for low validity (counted
+    # only when finite).
+    assert summary.flows + summary.non_finite_flows + summary.low_validity_flows == \
+        clean.flows + clean.low_validity_flows
     assert 'NaN/Inf' in summary.table()
     flows = load_flows_npz(tmp_path / 'flows.npz')
     assert len(flows['u_px_s']) == summary.flows

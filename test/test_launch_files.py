@@ -31,7 +31,8 @@ import pytest
 
 from veckm_flow_ros.ros import launch_arguments
 
-LAUNCH_DIR = pathlib.Path(__file__).resolve().parents[1] / 'launch'
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAUNCH_DIR = REPO_ROOT / 'launch'
 EXPECTED_ARGUMENTS = {
     'veckm_flow.launch.py': {'events_topic', 'params_file', 'use_sim_time', 'node_name',
                              'log_level'},
@@ -41,6 +42,9 @@ EXPECTED_ARGUMENTS = {
                                      'driver_fastdds_profile'},
     'veckm_flow_bag.launch.py': {'bag', 'rate', 'loop', 'events_topic', 'params_file',
                                  'player_fastdds_profile'},
+    'veckm_flow_egomotion.launch.py': {'events_topic', 'params_file', 'egomotion_params_file',
+                                       'camera_info_topic', 'imu_topic', 'use_sim_time',
+                                       'log_level'},
 }
 FORBIDDEN_NAMES = {'eval', 'exec', 'subprocess', 'os.system', 'Popen'}
 
@@ -130,3 +134,22 @@ def test_launch_file_builds_a_description(file_name):
     names = {entity.name for entity in description.entities
              if isinstance(entity, DeclareLaunchArgument)}
     assert names == EXPECTED_ARGUMENTS[file_name]
+
+
+def test_egomotion_launch_wires_the_flow_into_the_egomotion_node():
+    """The egomotion node's ~/flow is the included flow node's output; its inputs remapped."""
+    source = (LAUNCH_DIR / 'veckm_flow_egomotion.launch.py').read_text()
+    tree = ast.parse(source)
+    assert "executable='veckm_egomotion_node'" in source
+    assert "name='veckm_egomotion'" in source  # egomotion_node.NODE_NAME (test_egomotion_node)
+    assigned = {node.targets[0].id: node.value.value for node in tree.body
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)}
+    flow_node_name = launch_arguments.ARGUMENTS['node_name'].default
+    assert assigned['FLOW_TOPIC'] == f'/{flow_node_name}/flow'
+    for remapping in ("'~/flow', FLOW_TOPIC",
+                      "'~/camera_info', LaunchConfiguration('camera_info_topic')",
+                      "'~/imu', LaunchConfiguration('imu_topic')"):
+        assert f'({remapping})' in source, remapping
+    config = REPO_ROOT / 'config' / 'veckm_egomotion.yaml'
+    assert launch_arguments.ARGUMENTS['egomotion_params_file'].share_default == (
+        'config', config.name) and config.is_file()

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 import pytest
-from scenes import moving_edges
+from scenes import background_noise, merged, moving_edges
 
 from veckm_flow_ros.eventio.packets import encode_packets
 from veckm_flow_ros.stream.frontend import (Events, InputPacket, Reset, Resize,
@@ -58,9 +58,15 @@ def make_pipeline(model, published, **parameters):
 
 
 def evt3_packets(duration_s=0.12, stamp_offset_ns=3_000_000_000, frame_id='camera',
-                 jitter_seed=None):
-    """Return evt3 packets of moving edges, 1 ms each, stamps = sensor time + offset."""
+                 jitter_seed=None, noise_hz_per_px=0.0):
+    """
+    Return evt3 packets of moving edges, 1 ms each, stamps = sensor time + offset.
+
+    noise_hz_per_px: add background activity at this rate (flows left out for low validity).
+    """
     events, _, _ = moving_edges(duration_s=duration_s)
+    if noise_hz_per_px:
+        events, _ = merged(events, background_noise(duration_s, rate_hz_per_px=noise_hz_per_px))
     packets = encode_packets(events, 'evt3', packet_duration_ns=1_000_000)
     stamps = [p.first_t_ns + stamp_offset_ns for p in packets]
     if jitter_seed is not None:
@@ -185,7 +191,8 @@ def test_a_batch_gives_the_same_flows_and_stamps_as_packet_by_packet(model):
 
 def test_blocks_computed_by_the_pool_equal_one_at_a_time(model):
     """compute_threads = 3: blocks computed at once in pool threads, same output, in order."""
-    packets = evt3_packets(duration_s=0.15)
+    # With background activity: each pool thread's validity table gives the same validity.
+    packets = evt3_packets(duration_s=0.15, noise_hz_per_px=0.5)
     outputs = []
     for threads in (1, 3):
         published = Published()
@@ -210,6 +217,7 @@ def test_blocks_computed_by_the_pool_equal_one_at_a_time(model):
             assert all(name.startswith('veckm_flow_compute') for name in ran_in)
             assert len(set(ran_in)) >= 2
         outputs.append(published.blocks)
+        assert pipeline.stats.totals['low_validity_flows'] > 1000
     one_at_a_time, pooled = outputs
     assert len(one_at_a_time) >= 25
     assert pooled == one_at_a_time
@@ -394,8 +402,9 @@ def test_publish_confidence_adds_the_field(model, default_run):
     _, with_confidence = _run(model, publish_confidence=True)
     points = _all_points(with_confidence)
     assert 'confidence' not in plain.points[0].dtype.names
-    assert points.dtype.names == ('x', 'y', 't', 'u', 'v', 'confidence')
+    assert points.dtype.names == ('x', 'y', 't', 'u', 'v', 'validity', 'confidence')
     assert np.all((points['confidence'] >= 0) & (points['confidence'] <= 1))
+    np.testing.assert_array_equal(points['validity'], _all_points(plain)['validity'])
     np.testing.assert_array_equal(points['u'], _all_points(plain)['u'])
 
 

@@ -42,6 +42,8 @@ def _predict(*arguments):
 def _direct(model, events, **options):
     """Run the streaming estimator over all events (what predict promises to equal)."""
     from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.stream.parameters import parameter_default
+    options.setdefault('min_validity', parameter_default('min_validity'))  # predict's default
     estimator = NormalFlowEstimator(model, 640, 480, **options)
     blocks = estimator.push(events) + estimator.flush()
     return FlowBlock.concatenate(blocks)
@@ -59,6 +61,7 @@ def test_predict_equals_the_estimator(model, scene, tmp_path, capsys):
     np.testing.assert_array_equal(out['idx'], direct.event_index)
     np.testing.assert_array_equal(out['u'], direct.u_px_s)
     np.testing.assert_array_equal(out['v'], direct.v_px_s)
+    np.testing.assert_array_equal(out['validity'], direct.validity)
     assert out['u'].dtype == np.float32 and out['idx'].dtype == np.int64
     assert len(out['idx']) == len(events)  # flush: every event gets a flow
     # Indices address the input events: the flows point along the edges' motion there.
@@ -127,3 +130,23 @@ def test_predict_errors_name_the_problem(case, message, tmp_path, capsys):
     import re
     assert re.search(message, error), error
     assert not (tmp_path / 'out.npz').exists()
+
+
+def test_predict_leaves_out_background_activity_unless_min_validity_is_0(model, scene,
+                                                                         tmp_path, capsys):
+    from scenes import background_noise, merged
+    edges, _, _ = scene
+    events, source = merged(edges, background_noise(duration_s=0.1, rate_hz_per_px=0.5))
+    path = _save(tmp_path / 'events.npz', events, t=events.t_ns, width=640, height=480)
+    assert _predict('--events', path, '--out', tmp_path / 'flow.npz') == 0
+    assert "'low_validity': " in capsys.readouterr().err
+    out = np.load(tmp_path / 'flow.npz')
+    kept = np.zeros(len(events), bool)
+    kept[out['idx']] = True
+    assert kept[source == 0].mean() > 0.99 and kept[source == 1].mean() < 0.1
+    assert np.all(out['validity'] >= 0.5)
+    assert _predict('--events', path, '--out', tmp_path / 'all.npz', '--min-validity', 0) == 0
+    assert len(np.load(tmp_path / 'all.npz')['idx']) == len(events)
+    assert _predict('--events', path, '--out', tmp_path / 'x.npz', '--min-validity', -1) == 1
+    assert '--min-validity must be in [0, 1] (0 keeps every flow), got -1' in \
+        capsys.readouterr().err

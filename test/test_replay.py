@@ -110,10 +110,45 @@ def test_real_evt3_640x480(model, recordings_dir, tmp_path):
     assert np.isfinite(flows['u_px_s']).all() and np.isfinite(flows['v_px_s']).all()
     assert flows['x'].max() < 640 and flows['y'].max() < 480
     assert np.all(np.diff(flows['t_ns']) >= 0)
-    # Median speed measured with the shipped default model: 10.87 px/s (first 0.1 s, 7,432
-    # events; the node measures 11.46 px/s over 0.5 s of it). +-25 %: a scale error fails.
+    # Median speed measured with the shipped default model: 12.95 px/s over the 4,113 flows
+    # of validity >= 0.5 (the default) of the first 0.1 s, 7,432 events (10.87 px/s over all
+    # flows; the node measures 13.56 px/s over 0.5 s of it). +-25 %: a scale error fails.
     speed_px_s = np.hypot(flows['u_px_s'], flows['v_px_s'])
-    assert 0.75 * 10.87 <= np.median(speed_px_s) <= 1.25 * 10.87
+    assert 0.75 * 12.95 <= np.median(speed_px_s) <= 1.25 * 12.95
+    assert np.all((flows['validity'] >= 0.5) & (flows['validity'] < 1))
+    assert summary.flows + summary.low_validity_flows == summary.events
+
+
+def test_noise_only_recording_loses_its_flows_and_min_validity_0_keeps_them(
+        model, recordings_dir, tmp_path):
+    """Background activity only (a camera looking at nothing moving): few flows published."""
+    recording = recordings_dir / 'codecs_test_data_libcaer_rollover'
+    summary = replay_bag(recording, model, _quick(duration_s=0.5),
+                         ReplayOutputs(bag=tmp_path / 'out'))
+    assert summary.events > 50_000
+    # Measured: 7.0 % of the recording's events keep a flow (docs/validity.md).
+    assert summary.flows < 0.1 * summary.events
+    assert summary.flows + summary.low_validity_flows == summary.events
+    assert any('low validity' in name for name, _ in summary.rows())
+    clouds, _ = _read_output_bag(tmp_path / 'out')
+    validity = np.concatenate([
+        points_from_pointcloud2([f.name for f in msg.fields], msg.point_step,
+                                msg.data)['validity'] for _, msg in clouds])
+    assert len(validity) == summary.flows and np.all(validity >= 0.5)
+    everything = replay_bag(recording, model, _quick(duration_s=0.5, min_validity=0.0))
+    assert everything.flows == everything.events and everything.low_validity_flows == 0
+
+
+def test_min_validity_flag_reaches_replay_and_is_checked(model_args, tmp_path, capsys):
+    from veckm_flow_ros import cli
+    assert cli.main(['replay', str(DEMO_BAG), '--quiet', '--duration', '0.04', '--min-validity',
+                     '0', '--npz', str(tmp_path / 'all.npz')] + model_args) == 0
+    flows = load_flows_npz(tmp_path / 'all.npz')
+    assert flows['validity'].min() < 0.5  # the demo scene's noise events are kept
+    assert cli.main(['replay', str(DEMO_BAG), '--quiet', '--min-validity', '1.5']
+                    + model_args) != 0
+    assert '--min-validity must be in [0, 1] (0 keeps every flow), got 1.5' in \
+        capsys.readouterr().err
 
 
 def test_real_libcaer_cmp_346x260(model, recordings_dir, tmp_path):

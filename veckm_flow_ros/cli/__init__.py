@@ -39,7 +39,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 # Order shown in `veckm-flow --help`.
-COMMANDS = ('info', 'predict', 'replay', 'evaluate', 'simulate', 'train', 'bench', 'demo')
+COMMANDS = ('info', 'predict', 'replay', 'evaluate', 'simulate', 'train', 'bench', 'demo',
+            'egomotion', 'evaluate-egomotion')
 
 
 def build_parser():
@@ -48,7 +49,8 @@ def build_parser():
         description='Per-event normal flow for event cameras (VecKM encoding + MLP).')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND')
     for name in COMMANDS:
-        importlib.import_module(f'veckm_flow_ros.cli.{name}').register(subparsers)
+        module = name.replace('-', '_')  # evaluate-egomotion -> evaluate_egomotion.py
+        importlib.import_module(f'veckm_flow_ros.cli.{module}').register(subparsers)
     return parser
 
 

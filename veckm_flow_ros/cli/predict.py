@@ -18,7 +18,9 @@ veckm-flow predict: per-event normal flow for events stored in a .npz file.
 Input npz: t (float64 seconds or int64 ns, detected by dtype; finite and in time order:
 unsorted times are refused, naming the first out-of-order event), x, y (integers), optional
 p, optional width and height (else max + 1). Output npz: idx (int64 input indices that got a
-flow), u, v (float32 px/s, x right, y down); events whose flow is NaN/Inf get none (counted).
+flow), u, v (float32 px/s, x right, y down), validity (float32, 0..1); events whose flow is
+NaN/Inf or whose validity is below --min-validity (the node's min_validity, same default) get
+none (counted).
 Runs the streaming NormalFlowEstimator over the whole input (centred context), so results
 equal those of the node and of replay.
 """
@@ -26,6 +28,8 @@ equal those of the node and of replay.
 import sys
 
 import numpy as np
+
+from veckm_flow_ros.cli.replay import add_min_validity_argument, check_min_validity_argument
 
 CHUNK_EVENTS = 200_000
 
@@ -49,6 +53,7 @@ def register(subparsers):
                         help='compute the flow of every K-th event (default: 1, all events)')
     parser.add_argument('--causal', action='store_true',
                         help='past-only context (lower latency, lower accuracy)')
+    add_min_validity_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -61,6 +66,7 @@ def run(args) -> int:
     events, width, height, unit = load_events(args.events)
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
+    check_min_validity_argument(args)
     out = npz_path(args.out)  # the name np.savez writes
     if out.is_dir():
         raise ValueError(f'--out {out} is an existing directory; name a file')
@@ -70,7 +76,8 @@ def run(args) -> int:
           f'device {args.device}', file=sys.stderr)
     estimator = NormalFlowEstimator(model, width, height, device=args.device,
                                     causal=args.causal, target_stride=args.stride,
-                                    max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS))
+                                    max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS),
+                                    min_validity=args.min_validity)
     blocks = []
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
               disable=len(events) < 2 * CHUNK_EVENTS) as progress:
@@ -81,8 +88,12 @@ def run(args) -> int:
     blocks += estimator.flush()
     flows = FlowBlock.concatenate(blocks)
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, idx=flows.event_index.astype(np.int64), u=flows.u_px_s, v=flows.v_px_s)
+    np.savez(out, idx=flows.event_index.astype(np.int64), u=flows.u_px_s, v=flows.v_px_s,
+             validity=(flows.validity if flows.validity is not None
+                       else np.empty(0, np.float32)))
     dropped = {reason: count for reason, count in estimator.events_dropped.items() if count}
+    if estimator.low_validity_flows:
+        dropped['low_validity'] = estimator.low_validity_flows
     print(f'predict: wrote {len(flows)} flows to {out}'
-          + (f' (dropped events: {dropped})' if dropped else ''), file=sys.stderr)
+          + (f' (events without a flow: {dropped})' if dropped else ''), file=sys.stderr)
     return 0

@@ -67,8 +67,25 @@ def register(subparsers):
     parser.add_argument('--rotation-mean', action='store_true',
                         help='flows = mean of the confidence ensemble (more accurate, 2-4x the '
                              "cost; the node's rotation_mean_flow)")
+    add_min_validity_argument(parser)
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
+
+
+def add_min_validity_argument(parser):
+    """Add --min-validity, defaulting to the node's min_validity (shared with predict)."""
+    from veckm_flow_ros.stream.parameters import parameter_default
+    default = parameter_default('min_validity')
+    parser.add_argument('--min-validity', type=float, default=default, metavar='V',
+                        help='leave out flows whose validity [0..1] is below V, as the '
+                             f"node's min_validity (default: {default:g}; 0 keeps every flow)")
+
+
+def check_min_validity_argument(args):
+    """Raise ValueError naming --min-validity unless it is in [0, 1]."""
+    value = getattr(args, 'min_validity', None)
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise ValueError(f'--min-validity must be in [0, 1] (0 keeps every flow), got {value:g}')
 
 
 def set_threads(threads: int):
@@ -91,13 +108,17 @@ def options_from_args(args):
         raise ValueError(f'--block-ms must be >= 0 (0: automatic), got {args.block_ms}')
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f'--duration must be > 0 seconds, got {args.duration}')
+    check_min_validity_argument(args)
+    extra = {}
+    if getattr(args, 'min_validity', None) is not None:
+        extra['min_validity'] = args.min_validity
     return ReplayOptions(topic=args.topic, device=args.device,
                          block_s=args.block_ms * 1e-3 or None, causal=args.causal,
                          target_stride=args.stride, duration_s=args.duration,
                          frame_rate_hz=args.fps,
                          max_speed_px_s=args.max_speed, progress=not args.quiet,
                          confidence=getattr(args, 'confidence', False),
-                         rotation_mean=getattr(args, 'rotation_mean', False))
+                         rotation_mean=getattr(args, 'rotation_mean', False), **extra)
 
 
 def run(args) -> int:

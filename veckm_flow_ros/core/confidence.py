@@ -41,7 +41,7 @@ prediction: for a model that is not equivariant it cancels its orientation-depen
 r10 model 95.5 -> 96.3 %Pos at block 20 ms (model card). With the confidence it costs nothing more.
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -75,12 +75,13 @@ def ensemble_views(model: VecKMFlowModel, num_rotations: int = 4):
 
 
 def ensemble_flows(model: VecKMFlowModel, t_ns, x, y, target_index, width: int, height: int,
-                   num_rotations: int = 4) -> torch.Tensor:
+                   num_rotations: int = 4, counts: Optional[list] = None) -> torch.Tensor:
     """
     Flows of the views (ensemble_views), turned back: float32 [K, M, 2] in px/s.
 
     Arguments as for ops.encode (t_ns int64 [N], x, y int32 [N], target_index int64 [M], on
-    the model's device). Copy 0 is the plain prediction of the model.
+    the model's device). Copy 0 is the plain prediction of the model. counts: a list that
+    receives the encoder's window counts C_n (int32 [M], the same for every view).
     """
     flows = []
     encoded = {}
@@ -89,10 +90,12 @@ def ensemble_flows(model: VecKMFlowModel, t_ns, x, y, target_index, width: int, 
         if matrix not in encoded:
             g = torch.tensor(matrix, dtype=torch.float32, device=model.freq_x.device)
             rotated = g.T @ torch.stack([model.freq_x, model.freq_y], 0)
-            encoded[matrix], _ = ops.encode(t_ns, x, y, target_index, width, height,
-                                            model.freq_t, rotated[0].contiguous(),
-                                            rotated[1].contiguous(), model.tau_s,
-                                            model.pixel_radius)
+            encoded[matrix], count = ops.encode(t_ns, x, y, target_index, width, height,
+                                                model.freq_t, rotated[0].contiguous(),
+                                                rotated[1].contiguous(), model.tau_s,
+                                                model.pixel_radius)
+            if counts is not None and not counts:
+                counts.append(count)
         features = encoded[matrix]
         if conjugate:
             features = torch.cat([features[:, :half], -features[:, half:]], 1)
@@ -120,14 +123,16 @@ def agreement(flows: torch.Tensor) -> torch.Tensor:
 
 
 def predict_with_confidence(model: VecKMFlowModel, t_ns, x, y, target_index, width: int,
-                            height: int, num_rotations: int = 4, mean_flow: bool = False
-                            ) -> Tuple[torch.Tensor, torch.Tensor]:
+                            height: int, num_rotations: int = 4, mean_flow: bool = False,
+                            counts: Optional[list] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """
     Return (flow float32 [M, 2] px/s, confidence float32 [M] in [0, 1]).
 
     The flow is the model's plain prediction (identical to running without confidence), or
     with mean_flow=True the mean of the back-rotated ensemble flows; the confidence is the
-    agreement of the rotation ensemble. Drop-in for the estimator's encode + MLP step.
+    agreement of the rotation ensemble. Drop-in for the estimator's encode + MLP step; counts
+    as for ensemble_flows.
     """
-    flows = ensemble_flows(model, t_ns, x, y, target_index, width, height, num_rotations)
+    flows = ensemble_flows(model, t_ns, x, y, target_index, width, height, num_rotations,
+                           counts)
     return (flows.mean(0) if mean_flow else flows[0]), agreement(flows)

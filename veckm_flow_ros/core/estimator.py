@@ -44,6 +44,7 @@ import torch
 
 from veckm_flow_ros import ops
 from veckm_flow_ros.core.model import load_model, VecKMFlowModel
+from veckm_flow_ros.core.validity import NeighbourCounter, validity_from_neighbours
 from veckm_flow_ros.eventio.events import EventArray
 
 LOGGER = logging.getLogger(__name__)
@@ -68,7 +69,10 @@ class FlowBlock:
     along x and y; confidence float32[M] or None; t_newest_ns: newest sensor time pushed
     when the block was computed; ready_ns: the end of its context window, the sensor time the
     stream had to reach before the block could be computed (a caller that pushes several
-    packets at once finds the packet that completed it; None for blocks built by hand).
+    packets at once finds the packet that completed it; None for blocks built by hand);
+    validity float32[M] in [0, 1) (core/validity.py; higher = more moving structure around
+    the event) or None for blocks built by hand; low_validity: flows of the block left out
+    because their validity was below the estimator's min_validity.
     """
 
     event_index: np.ndarray
@@ -80,6 +84,8 @@ class FlowBlock:
     t_newest_ns: int
     confidence: Optional[np.ndarray] = None
     ready_ns: Optional[int] = None
+    validity: Optional[np.ndarray] = None
+    low_validity: int = 0
 
     def __len__(self):
         return len(self.event_index)
@@ -93,10 +99,13 @@ class FlowBlock:
                              np.empty(0, np.float32), np.empty(0, np.float32), 0)
 
         def join(name):
+            if any(getattr(block, name) is None for block in blocks):
+                return None
             return np.concatenate([getattr(block, name) for block in blocks])
         return FlowBlock(join('event_index'), join('t_ns'), join('x'), join('y'),
                          join('u_px_s'), join('v_px_s'), blocks[-1].t_newest_ns,
-                         confidence=None if blocks[0].confidence is None else join('confidence'))
+                         confidence=join('confidence'), validity=join('validity'),
+                         low_validity=sum(block.low_validity for block in blocks))
 
 
 def automatic_block_s(tau_s: float, causal: bool = False) -> float:
@@ -118,6 +127,15 @@ def _check_int(name, value, low, high):
             or not low <= value <= high:
         raise ValueError(f'{name} must be an integer in [{low}, {high}], got {value!r}')
     return int(value)
+
+
+def check_min_validity(min_validity) -> float:
+    """Return min_validity as a float, or raise ValueError unless it is in [0, 1]."""
+    if isinstance(min_validity, bool) or not isinstance(min_validity, (int, float)) \
+            or not 0.0 <= min_validity <= 1.0:
+        raise ValueError(f'min_validity must be a number in [0, 1] (0 keeps every flow), got '
+                         f'{min_validity!r}')
+    return float(min_validity)
 
 
 def _check_device(device) -> torch.device:
@@ -252,13 +270,16 @@ class NormalFlowEstimator:
     rotation_mean: the flow is the mean of the rotation ensemble's back-rotated predictions
     instead of the plain prediction (cancels the model's orientation bias: more accurate,
     ~4x the encoding cost, shared with confidence when both are on).
+    min_validity: leave out (and count in FlowBlock.low_validity and low_validity_flows) the
+    flows whose validity is below this, in [0, 1]; 0 keeps every flow. The node, replay and
+    predict pass the parameter min_validity (stream/parameters.py; same default).
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
                  height: int, device: Union[str, torch.device] = 'cpu', block_s: float = 0.010,
                  causal: bool = False, target_stride: int = 1, max_flows_per_block: int = 0,
                  max_buffered_events: int = 4_000_000, confidence: bool = False,
-                 rotation_mean: bool = False):
+                 rotation_mean: bool = False, min_validity: float = 0.0):
         if not isinstance(model, VecKMFlowModel):
             model = load_model(model)
         self.width = _check_int('width', width, 1, 65536)
@@ -275,6 +296,8 @@ class NormalFlowEstimator:
                                               1_000_000_000)
         self.confidence = bool(confidence)
         self.rotation_mean = bool(rotation_mean)
+        self.min_validity = check_min_validity(min_validity)
+        self._neighbours = NeighbourCounter(self.width, self.height)
         self.device = _check_device(device)
         self.model = model.to(self.device)
         if self.device.type == 'cpu':
@@ -290,6 +313,9 @@ class NormalFlowEstimator:
         self.events_dropped: Dict[str, int] = {'outside_image': 0, 'buffer_full': 0,
                                                'time_reset': 0, 'late': 0,
                                                'non_finite_flow': 0}
+        # Flows left out because their validity was below min_validity (not events_dropped:
+        # those are events lost to limits and faults, these are flows judged untrustworthy).
+        self.low_validity_flows = 0
         self._count_lock = threading.Lock()  # jobs of push_jobs count from several threads
         self._buffer_warned_s = -math.inf  # when the buffer-full warning was last logged
         self.time_resets = 0
@@ -389,7 +415,7 @@ class NormalFlowEstimator:
                    torch.from_numpy(rng.integers(0, self.width, events, dtype=np.int32)),
                    torch.from_numpy(rng.integers(0, self.height, events, dtype=np.int32)))
         context = tuple(column.to(self.device) for column in context)
-        flow, _ = self._encode_and_predict(context, (0, events))
+        flow, _, _ = self._encode_and_predict(context, (0, events))
         flow.cpu()  # waits for a CUDA device
         return time.perf_counter() - start
 
@@ -489,35 +515,46 @@ class NormalFlowEstimator:
                  't_newest_ns': int(self._newest_ns), 'ready_ns': int(context_high)}
 
         def job() -> FlowBlock:
-            flow, confidence = self._encode_and_predict(context, target_in_context)
+            flow, confidence, validity = self._encode_and_predict(context, target_in_context)
             flow = flow.cpu().numpy()
             confidence = None if confidence is None else confidence.cpu().numpy()
-            return self._finite_block(flow, confidence, about)
+            return self._published_block(flow, confidence, validity.cpu().numpy(), about)
         return job
 
-    def _finite_block(self, flow, confidence, about) -> FlowBlock:
-        """Build the FlowBlock, leaving out (and counting) flows that are NaN or Inf."""
+    def _published_block(self, flow, confidence, validity, about) -> FlowBlock:
+        """
+        Build the FlowBlock of the flows to publish: the one rule for node, replay, predict.
+
+        Flows that are NaN or Inf are left out and counted in events_dropped
+        ['non_finite_flow']; finite flows with validity below min_validity are left out and
+        counted in low_validity_flows and the block's low_validity.
+        """
         finite = np.isfinite(flow).all(axis=1)
         if confidence is not None:
             finite &= np.isfinite(confidence)
-        if not finite.all():
+        keep = finite & (validity >= self.min_validity)
+        low_validity = int(np.count_nonzero(finite & ~keep))
+        if not keep.all():
             invalid = int(np.count_nonzero(~finite))
             with self._count_lock:
                 self.events_dropped['non_finite_flow'] += invalid
-            flow = flow[finite]
-            confidence = None if confidence is None else confidence[finite]
-            about = {name: value[finite] if isinstance(value, np.ndarray) else value
+                self.low_validity_flows += low_validity
+            flow, validity = flow[keep], validity[keep]
+            confidence = None if confidence is None else confidence[keep]
+            about = {name: value[keep] if isinstance(value, np.ndarray) else value
                      for name, value in about.items()}
         return FlowBlock(u_px_s=np.ascontiguousarray(flow[:, 0], dtype=np.float32),
                          v_px_s=np.ascontiguousarray(flow[:, 1], dtype=np.float32),
-                         confidence=confidence, **about)
+                         confidence=confidence, validity=validity, low_validity=low_validity,
+                         **about)
 
     def _encode_and_predict(self, context, targets: np.ndarray):
         """
-        Return (flow float32 [M, 2] px/s, confidence float32 [M] or None) on the device.
+        Return (flow px/s, confidence or None, validity) of the targets, on the device.
 
-        context: (t_ns, x, y) tensors on the device; targets: positions within it, an array
-        or a (begin, end) range.
+        flow float32 [M, 2], confidence float32 [M], validity float32 [M]. context: (t_ns, x,
+        y) tensors on the device; targets: positions within it, an array or a (begin, end)
+        range.
         """
         model = self.model
         t_ns, x, y = context
@@ -528,14 +565,25 @@ class NormalFlowEstimator:
             target_index = target_index.to(self.device)
         if self.confidence or self.rotation_mean:
             from veckm_flow_ros.core.confidence import predict_with_confidence
+            counts = []
             flow, confidence = predict_with_confidence(model, t_ns, x, y, target_index,
                                                        self.width, self.height,
-                                                       mean_flow=self.rotation_mean)
-            return flow, (confidence if self.confidence else None)
-        features, _ = ops.encode(t_ns, x, y, target_index, self.width, self.height,
-                                 model.freq_t, model.freq_x, model.freq_y, model.tau_s,
-                                 model.pixel_radius)
-        return model.predict_flow_px_s(features), None
+                                                       mean_flow=self.rotation_mean,
+                                                       counts=counts)
+            confidence = confidence if self.confidence else None
+            count = counts[0]
+        else:
+            features, count = ops.encode(t_ns, x, y, target_index, self.width, self.height,
+                                         model.freq_t, model.freq_x, model.freq_y,
+                                         model.tau_s, model.pixel_radius)
+            flow = model.predict_flow_px_s(features)
+            confidence = None
+        return flow, confidence, self._validity(x, y, target_index, count)
+
+    def _validity(self, x, y, target_index, count) -> torch.Tensor:
+        """Return the targets' validity float32 [M] (core/validity.py) from the encoder's count."""
+        neighbours = self._neighbours(x, y, target_index, count)
+        return validity_from_neighbours(neighbours, self.model.pixel_radius, self.model.tau_s)
 
     def _trim(self):
         """Drop buffered events that no pending block needs."""

@@ -36,6 +36,11 @@ import tempfile
 from typing import Iterator, Optional, Sequence, Union
 
 DEFAULT_EVENT_TOPIC = '/event_camera/events'
+# Topics of the gyroscope and the calibration that write_event_bag can add (simulated scenes).
+DEFAULT_IMU_TOPIC = '/imu/data'
+DEFAULT_CAMERA_INFO_TOPIC = '/event_camera/camera_info'
+IMU_TYPE = 'sensor_msgs/msg/Imu'
+CAMERA_INFO_TYPE = 'sensor_msgs/msg/CameraInfo'
 # ROS time of sensor time 0 in bags written from events (2025-01-01T00:00:00Z): stamps that
 # look like real ones.
 DEFAULT_STAMP_OFFSET_NS = 1_735_689_600_000_000_000
@@ -241,6 +246,34 @@ class EventBag:
             stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             yield BagMessage(connection.topic, connection.msgtype, stamp_ns, log_time_ns, msg)
 
+    def imu_rates(self, topic: str):
+        """
+        Angular velocities of the sensor_msgs/msg/Imu messages on `topic`.
+
+        Returns (t_s float64 [G], header stamps in seconds; omega float64 [G, 3], rad/s in
+        the IMU frame), in log order. Raises ValueError for a topic that is not an Imu topic.
+        """
+        import numpy as np
+        self._check_open()
+        imu_type = 'sensor_msgs/msg/Imu'
+        topics = self.topics()
+        if topic not in topics or topics[topic].msgtype != imu_type:
+            imu_topics = sorted(name for name, summary in topics.items()
+                                if summary.msgtype == imu_type)
+            raise ValueError(f'topic {topic!r} is not a {imu_type} topic of {self.path}; IMU '
+                             f'topics: {", ".join(imu_topics) or "none"}')
+        connections = [c for c in self._reader.connections if c.topic == topic]
+        t_s, omega = [], []
+        try:
+            for connection, _, raw in self._reader.messages(connections=connections):
+                msg = self._typestore.deserialize_cdr(raw, connection.msgtype)
+                t_s.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
+                rate = msg.angular_velocity
+                omega.append((rate.x, rate.y, rate.z))
+        except Exception as error:  # noqa: B902  (corrupt storage or CDR payload)
+            raise ValueError(f'corrupt message in bag {self.path}: {error}') from None
+        return np.asarray(t_s, np.float64), np.asarray(omega, np.float64).reshape(-1, 3)
+
     def _check_open(self):
         if self._reader is None:
             raise ValueError(f'bag {self.path} is not open; use `with EventBag(path) as bag:`')
@@ -304,38 +337,109 @@ class EventBagWriter:
         if topic not in self._connections:
             self._connections[topic] = self._writer.add_connection(
                 topic, EVENT_PACKET_TYPE, typestore=self._typestore)
-        header = types['std_msgs/msg/Header'](
-            stamp=types['builtin_interfaces/msg/Time'](
-                sec=int(stamp_ns) // 1_000_000_000, nanosec=int(stamp_ns) % 1_000_000_000),
-            frame_id=self.frame_id if frame_id is None else frame_id)
+        header = self.header(stamp_ns, frame_id)
         msg = types[EVENT_PACKET_TYPE](
             header=header, height=int(height), width=int(width), seq=int(seq),
             time_base=int(time_base), encoding=encoding, is_bigendian=False,
             events=np.frombuffer(bytes(events), dtype=np.uint8))
-        raw = self._typestore.serialize_cdr(msg, EVENT_PACKET_TYPE)
-        self._writer.write(self._connections[topic],
-                           int(stamp_ns if log_time_ns is None else log_time_ns), raw)
+        self.write_message(topic, EVENT_PACKET_TYPE, msg,
+                           int(stamp_ns if log_time_ns is None else log_time_ns))
+
+    def write_message(self, topic: str, msgtype: str, msg, log_time_ns: int):
+        """Append a message of any type of the writer's typestore (see `types`)."""
+        if topic not in self._connections:
+            self._connections[topic] = self._writer.add_connection(
+                topic, msgtype, typestore=self._typestore)
+        self._writer.write(self._connections[topic], int(log_time_ns),
+                           self._typestore.serialize_cdr(msg, msgtype))
+
+    @property
+    def types(self):
+        """Message classes by type name (rosbags typestore, ROS 2 Humble + event types)."""
+        return self._typestore.types
+
+    def header(self, stamp_ns: int, frame_id: Optional[str] = None):
+        """std_msgs/Header with a stamp [ns] and the writer's frame id (or frame_id)."""
+        types = self._typestore.types
+        return types['std_msgs/msg/Header'](
+            stamp=types['builtin_interfaces/msg/Time'](
+                sec=int(stamp_ns) // 1_000_000_000, nanosec=int(stamp_ns) % 1_000_000_000),
+            frame_id=self.frame_id if frame_id is None else frame_id)
+
+    def write_imu(self, topic: str, stamp_ns: int, omega_rad_s):
+        """
+        Append a sensor_msgs/Imu with an angular velocity (3,) [rad/s] only.
+
+        Orientation and linear acceleration are marked unknown (covariance[0] = -1).
+        """
+        import numpy as np
+        types = self._typestore.types
+        vector = types['geometry_msgs/msg/Vector3']
+        unknown = np.zeros(9)
+        unknown[0] = -1.0
+        msg = types[IMU_TYPE](
+            header=self.header(stamp_ns),
+            orientation=types['geometry_msgs/msg/Quaternion'](x=0.0, y=0.0, z=0.0, w=1.0),
+            orientation_covariance=unknown.copy(),
+            angular_velocity=vector(x=float(omega_rad_s[0]), y=float(omega_rad_s[1]),
+                                    z=float(omega_rad_s[2])),
+            angular_velocity_covariance=np.zeros(9),
+            linear_acceleration=vector(x=0.0, y=0.0, z=0.0),
+            linear_acceleration_covariance=unknown.copy())
+        self.write_message(topic, IMU_TYPE, msg, stamp_ns)
+
+    def write_camera_info(self, topic: str, stamp_ns: int, camera):
+        """Append a sensor_msgs/CameraInfo of a core.camera.CameraModel."""
+        import numpy as np
+        types = self._typestore.types
+        msg = types[CAMERA_INFO_TYPE](
+            header=self.header(stamp_ns), height=int(camera.height), width=int(camera.width),
+            distortion_model=camera.distortion_model, d=np.asarray(camera.D, np.float64),
+            k=np.asarray(camera.K, np.float64).reshape(-1), r=np.eye(3).reshape(-1),
+            p=np.hstack([camera.K, np.zeros((3, 1))]).reshape(-1), binning_x=0, binning_y=0,
+            roi=types['sensor_msgs/msg/RegionOfInterest'](
+                x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+        self.write_message(topic, CAMERA_INFO_TYPE, msg, stamp_ns)
 
 
 def write_event_bag(path: PathLike, events, width: int, height: int, encoding: str = 'evt3',
                     packet_duration_ns: int = 1_000_000, topic: str = DEFAULT_EVENT_TOPIC,
-                    stamp_offset_ns: int = DEFAULT_STAMP_OFFSET_NS) -> int:
+                    stamp_offset_ns: int = DEFAULT_STAMP_OFFSET_NS, gyro=None,
+                    camera=None) -> int:
     """
     Encode an EventArray as EventPackets and write them to a new bag; return the packet count.
 
     Each packet covers packet_duration_ns of sensor time; its header stamp is
     stamp_offset_ns + the sensor time of its last event [ns] and its seq counts from 0. For
     evt3 and libcaer_cmp the events are first ordered so that they pack into vector words.
+    gyro: optional (t_s (G,), omega_rad_s (G, 3)) written as sensor_msgs/Imu on
+    DEFAULT_IMU_TOPIC, stamped stamp_offset_ns + t; camera: optional CameraModel written as
+    one sensor_msgs/CameraInfo on DEFAULT_CAMERA_INFO_TOPIC before the first packet.
     """
+    import numpy as np
+
     from veckm_flow_ros.eventio.packets import encode_packets, sort_for_vectors
     if not packet_duration_ns > 0:
         raise ValueError(f'packet duration must be positive, got {packet_duration_ns} ns')
     if encoding in ('evt3', 'libcaer_cmp'):
         events = sort_for_vectors(events)
     packets = encode_packets(events, encoding, packet_duration_ns=int(packet_duration_ns))
+    # Messages of all topics in time order: (stamp, kind, index).
+    items = [(stamp_offset_ns + packet.last_t_ns, 1, i) for i, packet in enumerate(packets)]
+    if gyro is not None:
+        gyro_t_ns = stamp_offset_ns + np.round(np.asarray(gyro[0]) * 1e9).astype(np.int64)
+        items += [(int(stamp), 2, i) for i, stamp in enumerate(gyro_t_ns)]
+    items.sort()
     with EventBagWriter(path) as writer:
-        for seq, packet in enumerate(packets):
-            writer.write(topic, stamp_offset_ns + packet.last_t_ns, encoding=encoding,
-                         events=packet.data, width=width, height=height, seq=seq,
-                         time_base=packet.time_base)
+        if camera is not None:
+            first = items[0][0] if items else stamp_offset_ns
+            writer.write_camera_info(DEFAULT_CAMERA_INFO_TOPIC, min(first, stamp_offset_ns),
+                                     camera)
+        for stamp, kind, i in items:
+            if kind == 1:
+                packet = packets[i]
+                writer.write(topic, stamp, encoding=encoding, events=packet.data, width=width,
+                             height=height, seq=i, time_base=packet.time_base)
+            else:
+                writer.write_imu(DEFAULT_IMU_TOPIC, stamp, gyro[1][i])
     return len(packets)

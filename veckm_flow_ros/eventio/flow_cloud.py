@@ -20,7 +20,11 @@ One point per flow, little-endian float32 fields, in this order:
     x, y        pixel coordinates of the event (x right, y down)
     t           seconds, relative to header.stamp (so <= 0 for the events of a block)
     u, v        normal flow in px/s along x and y
+    validity    always, in [0, 1] (higher = more moving structure around the event;
+                core/validity.py), NaN where unknown (blocks built by hand)
     confidence  optional, in [0, 1] (higher = more reliable)
+
+point_step is 24 bytes, 28 with confidence; validity is always at offset 20.
 
 Both the node (rclpy messages) and the replay command (rosbags messages) build their
 PointCloud2 from `pointcloud2_fields()`; a downstream node reads it back with
@@ -31,7 +35,7 @@ import numpy as np
 
 # sensor_msgs/msg/PointField datatype code for float32.
 POINTFIELD_FLOAT32 = 7
-BASE_FIELD_NAMES = ('x', 'y', 't', 'u', 'v')
+BASE_FIELD_NAMES = ('x', 'y', 't', 'u', 'v', 'validity')
 
 
 def flow_point_dtype(with_confidence: bool) -> np.dtype:
@@ -47,29 +51,37 @@ def block_flow_points(block, with_confidence: bool = False):
     t_stamp_ns: sensor time [ns, int] of the newest flow's event (None when the block is
     empty); the message's header.stamp is its ROS time and each point's t is
     relative to it [s, <= 0]. The one definition of the ~/flow stamp, for node and replay.
-    with_confidence: add the confidence field (NaN where the block carries none).
+    with_confidence: add the confidence field (NaN where the block carries none). The
+    validity field is the block's validity (NaN where it carries none).
     """
     t_ns = np.asarray(block.t_ns, dtype=np.int64)
     confidence = None
     if with_confidence:
         confidence = (np.full(len(t_ns), np.nan, np.float32) if block.confidence is None
                       else np.asarray(block.confidence, np.float32))
+    validity = getattr(block, 'validity', None)
     if len(t_ns) == 0:
         return make_flow_points([], [], [], [], [], confidence), None
     t_stamp_ns = int(t_ns.max())
     points = make_flow_points(block.x, block.y, (t_ns - t_stamp_ns) * 1e-9, block.u_px_s,
-                              block.v_px_s, confidence)
+                              block.v_px_s, confidence, validity)
     return points, t_stamp_ns
 
 
-def make_flow_points(x, y, t_rel_s, u_px_s, v_px_s, confidence=None) -> np.ndarray:
-    """Pack per-flow columns (length M each) into a structured array of flow points."""
+def make_flow_points(x, y, t_rel_s, u_px_s, v_px_s, confidence=None,
+                     validity=None) -> np.ndarray:
+    """
+    Pack per-flow columns (length M each) into a structured array of flow points.
+
+    validity None: NaN (unknown); confidence None: no confidence field.
+    """
     points = np.empty(len(x), dtype=flow_point_dtype(confidence is not None))
     points['x'] = x
     points['y'] = y
     points['t'] = t_rel_s
     points['u'] = u_px_s
     points['v'] = v_px_s
+    points['validity'] = np.nan if validity is None else validity
     if confidence is not None:
         points['confidence'] = confidence
     return points

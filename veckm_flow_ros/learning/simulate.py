@@ -502,15 +502,8 @@ def simulate(scene, duration_s=0.5, seed=0):
     sensor = scene.sensor
     width, height = scene.width, scene.height
     ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
-    threshold_on = np.maximum(sensor.threshold * (1 + sensor.threshold_sigma / sensor.threshold
-                                                  * rng.standard_normal((height, width))), 0.02)
-    threshold_off = np.maximum(sensor.threshold * (1 + sensor.threshold_sigma / sensor.threshold
-                                                   * rng.standard_normal((height, width))), 0.02)
     level_prev, owner_prev = scene.render(0.0, xs, ys)
-    # Random initial reference inside (-C_off, C_on) so pixels do not fire in lock-step.
-    offset = rng.uniform(size=(height, width)) * (threshold_on + threshold_off) - threshold_off
-    reference = level_prev.astype(np.float64) - 0.99 * offset
-    last_event_s = np.full((height, width), -np.inf)
+    pixels = PixelState.start(sensor, rng, level_prev)
     flat_t, flat_index, flat_on, flat_owner = [], [], [], []
     t_prev = 0.0
     while t_prev < duration_s:
@@ -522,9 +515,7 @@ def simulate(scene, duration_s=0.5, seed=0):
         # The front-most layer that covered the pixel during the step owns its events, so
         # events at an occluding boundary move with the occluder.
         owner = np.maximum(owner_prev, owner_cur)
-        events = _crossings(level_prev.astype(np.float64), level_cur.astype(np.float64),
-                            reference, threshold_on, threshold_off, last_event_s,
-                            t_prev, step, sensor.refractory_s)
+        events = pixels.crossings(level_prev, level_cur, t_prev, step)
         if events is not None:
             t_s, index, on = events
             flat_t.append(t_s)
@@ -542,24 +533,81 @@ def simulate(scene, duration_s=0.5, seed=0):
     flow = scene.flow_px_s(owner, x, y, t_s)
     is_noise = np.zeros(len(t_s), bool)
 
-    # Background activity: Poisson in time, uniform over pixels, random polarity.
-    n_noise = rng.poisson(sensor.noise_rate_hz_per_px * width * height * duration_s)
-    if n_noise:
-        t_s = np.concatenate([t_s, rng.uniform(0, duration_s, n_noise)])
-        x = np.concatenate([x, rng.integers(0, width, n_noise)])
-        y = np.concatenate([y, rng.integers(0, height, n_noise)])
-        on = np.concatenate([on, rng.uniform(size=n_noise) < 0.5])
+    noise = background_noise(sensor, rng, width, height, duration_s)
+    if noise is not None:
+        n_noise = len(noise[0])
+        t_s = np.concatenate([t_s, noise[0]])
+        x = np.concatenate([x, noise[1]])
+        y = np.concatenate([y, noise[2]])
+        on = np.concatenate([on, noise[3]])
         flow = np.concatenate([flow, np.full((n_noise, 2), np.nan)])
         is_noise = np.concatenate([is_noise, np.ones(n_noise, bool)])
 
-    resolution = int(sensor.time_resolution_ns)
-    t_ns = np.round(t_s * 1e9 / resolution).astype(np.int64) * resolution
+    t_ns = sensor_times_ns(t_s, sensor)
     order = np.argsort(t_ns, kind='stable')
     events = EventArray(t_ns[order], x[order].astype(np.uint16), y[order].astype(np.uint16),
                         on[order].astype(np.uint8))
     return SimulatedSequence(events, flow[order].astype(np.float32), is_noise[order],
                              width, height, dict(scene.description, duration_s=duration_s,
                                                  sim_seed=seed))
+
+
+@dataclass
+class PixelState:
+    """
+    Per-pixel state of the event sensor: thresholds, reference level, time of the last event.
+
+    threshold_on, threshold_off: (H, W) contrast thresholds [log intensity]; reference: (H, W)
+    float64 log intensity of each pixel's last event; last_event_s: (H, W) [s].
+    """
+
+    threshold_on: np.ndarray
+    threshold_off: np.ndarray
+    reference: np.ndarray
+    last_event_s: np.ndarray
+    refractory_s: float
+
+    @classmethod
+    def start(cls, sensor, rng, level):
+        """Draw the thresholds and random start references for the first log image `level`."""
+        height, width = level.shape
+        threshold_on = np.maximum(sensor.threshold * (
+            1 + sensor.threshold_sigma / sensor.threshold
+            * rng.standard_normal((height, width))), 0.02)
+        threshold_off = np.maximum(sensor.threshold * (
+            1 + sensor.threshold_sigma / sensor.threshold
+            * rng.standard_normal((height, width))), 0.02)
+        # Random initial reference inside (-C_off, C_on) so pixels do not fire in lock-step.
+        offset = rng.uniform(size=(height, width)) * (threshold_on + threshold_off) \
+            - threshold_off
+        reference = level.astype(np.float64) - 0.99 * offset
+        return cls(threshold_on, threshold_off, reference,
+                   np.full((height, width), -np.inf), sensor.refractory_s)
+
+    def crossings(self, level_prev, level_cur, t_prev, step):
+        """Events between two log images `step` seconds apart (see _crossings)."""
+        return _crossings(level_prev.astype(np.float64), level_cur.astype(np.float64),
+                          self.reference, self.threshold_on, self.threshold_off,
+                          self.last_event_s, t_prev, step, self.refractory_s)
+
+
+def background_noise(sensor, rng, width, height, duration_s):
+    """
+    Background-activity events: Poisson in time, uniform over pixels, random polarity.
+
+    Returns (t_s float64, x int64, y int64, is_on bool) arrays or None when there are none.
+    """
+    n_noise = rng.poisson(sensor.noise_rate_hz_per_px * width * height * duration_s)
+    if not n_noise:
+        return None
+    return (rng.uniform(0, duration_s, n_noise), rng.integers(0, width, n_noise),
+            rng.integers(0, height, n_noise), rng.uniform(size=n_noise) < 0.5)
+
+
+def sensor_times_ns(t_s, sensor):
+    """Event times [s] rounded to the sensor's time resolution: int64 [ns]."""
+    resolution = int(sensor.time_resolution_ns)
+    return np.round(t_s * 1e9 / resolution).astype(np.int64) * resolution
 
 
 def _crossings(level_prev, level_cur, reference, threshold_on, threshold_off, last_event_s,
@@ -651,12 +699,17 @@ def normal_flow_px_s(scene, sequence, step_s=1e-3, blur_sigma_px=1.0):
 
 def save_npz(sequence, path):
     """Write t (int64 ns), x, y (uint16), p (uint8), gt_u, gt_v (float32 px/s), is_noise..."""
-    np.savez_compressed(
-        path, t=sequence.events.t_ns, x=sequence.events.x, y=sequence.events.y,
-        p=sequence.events.p, gt_u=sequence.flow_px_s[:, 0], gt_v=sequence.flow_px_s[:, 1],
-        is_noise=sequence.is_noise, width=np.int64(sequence.width),
-        height=np.int64(sequence.height),
-        description=np.array(json.dumps(sequence.description, default=_json_default)))
+    np.savez_compressed(path, **npz_columns(sequence))
+
+
+def npz_columns(sequence):
+    """Return the arrays save_npz writes, by name (the 3D simulator adds its own to them)."""
+    return {
+        't': sequence.events.t_ns, 'x': sequence.events.x, 'y': sequence.events.y,
+        'p': sequence.events.p, 'gt_u': sequence.flow_px_s[:, 0],
+        'gt_v': sequence.flow_px_s[:, 1], 'is_noise': sequence.is_noise,
+        'width': np.int64(sequence.width), 'height': np.int64(sequence.height),
+        'description': np.array(json.dumps(sequence.description, default=_json_default))}
 
 
 def load_npz(path):
@@ -666,8 +719,13 @@ def load_npz(path):
     Times follow eventio.npz.event_times_ns (finite, in time order: unsorted files are
     refused, as EVIMO2 directories are); a damaged file gives a ValueError naming it.
     """
-    from veckm_flow_ros.eventio.npz import event_times_ns, read_npz
-    data = read_npz(path, 'simulated sequence')
+    from veckm_flow_ros.eventio.npz import read_npz
+    return sequence_from_npz(read_npz(path, 'simulated sequence'), path)
+
+
+def sequence_from_npz(data, path):
+    """Build a SimulatedSequence from the arrays of a save_npz file (see load_npz)."""
+    from veckm_flow_ros.eventio.npz import event_times_ns
     missing = {'t', 'x', 'y', 'p', 'gt_u', 'gt_v', 'width', 'height'} - set(data)
     if missing:
         raise ValueError(f'{path} is not a simulated sequence: missing {sorted(missing)}')

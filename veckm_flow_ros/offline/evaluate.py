@@ -244,12 +244,20 @@ def heldout_specs(count: int = 12) -> List[dict]:
 
 
 def heldout_sequences(count: int = 12, width: int = 346, height: int = 260,
-                      duration_s: float = 0.15) -> Dict[str, SimulatedSequence]:
-    """Simulate the held-out set (DAVIS346 size by default): {name: sequence}."""
+                      duration_s: float = 0.15, noise_rate_hz_per_px: Optional[float] = None
+                      ) -> Dict[str, SimulatedSequence]:
+    """
+    Simulate the held-out set (DAVIS346 size by default): {name: sequence}.
+
+    noise_rate_hz_per_px: background activity of every scene [Hz per pixel]; None: each
+    scene's own (drawn log-uniform in 0.02..2 Hz/px); the scenes are the same either way.
+    """
     result = {}
     for spec in heldout_specs(count):
         scene = simulate.make_scene(spec['motion'], spec['texture'], seed=spec['seed'],
                                     width=width, height=height)
+        if noise_rate_hz_per_px is not None:
+            scene.sensor.noise_rate_hz_per_px = float(noise_rate_hz_per_px)
         name = f'{spec["motion"]}-{spec["texture"]}-{spec["seed"] - HELDOUT_SEED}'
         result[name] = simulate.simulate(scene, duration_s, seed=spec['seed'])
     return result

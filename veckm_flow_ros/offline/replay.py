@@ -28,8 +28,9 @@ arrows of its flows, beside the colour-wheel flow image (the bag's ~/flow_image 
 colour-wheel image alone, as the node publishes it).
 
 The npz of flows holds one row per flow: t_ns int64 (sensor time), x, y float32 (pixels),
-u_px_s, v_px_s float32 (px/s, x right, y down), confidence float32 (when the model gives one),
-stamp_ns int64 (ROS time of the event), and the scalars width, height.
+u_px_s, v_px_s float32 (px/s, x right, y down), validity float32 [0, 1] (core/validity.py),
+confidence float32 (when the model gives one), stamp_ns int64 (ROS time of the event), and the
+scalars width, height. Flows below min_validity are left out as by the node (counted).
 """
 
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fie
 from veckm_flow_ros.eventio.npz import npz_path
 from veckm_flow_ros.offline import visualize
 from veckm_flow_ros.stream.frontend import Events, InputPacket, Reset, Resize, StreamFrontEnd
+from veckm_flow_ros.stream.parameters import parameter_default
 from veckm_flow_ros.stream.pipeline import check_config
 
 PathLike = Union[str, os.PathLike]
@@ -68,6 +70,8 @@ class ReplayOptions:
     estimator.automatic_block_s); confidence: per-flow
     confidence (rotation ensemble, ~4x the cost) in the npz and the bag's PointCloud2;
     rotation_mean: flows are the rotation ensemble's mean (node's rotation_mean_flow);
+    min_validity: leave out flows of lower validity, as the node's min_validity (same
+    default; 0 keeps every flow);
     duration_s: replay only the first duration_s seconds of sensor time (None: all);
     frame_rate_hz: rate of the pictures (sensor time); max_speed_px_s: colour scale of the
     pictures (None: fixed from the first frame with flows); cell_px: arrow spacing;
@@ -82,6 +86,7 @@ class ReplayOptions:
     duration_s: Optional[float] = None
     confidence: bool = False
     rotation_mean: bool = False
+    min_validity: float = parameter_default('min_validity')
     frame_rate_hz: float = 25.0
     max_speed_px_s: Optional[float] = None
     cell_px: int = 16
@@ -125,6 +130,7 @@ class ReplaySummary:
     bad_messages: int = 0
     decode_problems: int = 0
     non_finite_flows: int = 0
+    low_validity_flows: int = 0
     frames: int = 0
     speed_percentiles_px_s: dict = field(default_factory=dict)
     written: List[str] = field(default_factory=list)
@@ -165,6 +171,9 @@ class ReplaySummary:
         if self.bad_messages or self.decode_problems:
             rows.append(('input problems', f'{self.bad_messages} undecodable messages, '
                                            f'{self.decode_problems} decode problems'))
+        if self.low_validity_flows:
+            rows.append(('low validity', f'{self.low_validity_flows:,} flows left out (validity '
+                                         'below min_validity)'))
         if self.non_finite_flows:
             rows.append(('flows left out', f'{self.non_finite_flows:,} NaN/Inf (the model '
                                            'overflows float32: check its weights)'))
@@ -191,16 +200,18 @@ class FlowCollector:
         stamp = stamp_ns + (t_ns - int(t_stamp_ns))
         confidence = (None if block.confidence is None
                       else np.asarray(block.confidence, np.float32))
+        validity = (np.full(len(t_ns), np.nan, np.float32) if block.validity is None
+                    else np.asarray(block.validity, np.float32))
         self._chunks.append((t_ns, np.asarray(block.x, np.float32),
                              np.asarray(block.y, np.float32),
                              np.asarray(block.u_px_s, np.float32),
-                             np.asarray(block.v_px_s, np.float32), confidence, stamp))
+                             np.asarray(block.v_px_s, np.float32), validity, confidence, stamp))
 
     def arrays(self) -> dict:
-        """Concatenated columns: t_ns, x, y, u_px_s, v_px_s, stamp_ns [, confidence]."""
-        names = ('t_ns', 'x', 'y', 'u_px_s', 'v_px_s', 'confidence', 'stamp_ns')
+        """Concatenated columns: t_ns, x, y, u_px_s, v_px_s, validity, stamp_ns [, confidence]."""
+        names = ('t_ns', 'x', 'y', 'u_px_s', 'v_px_s', 'validity', 'confidence', 'stamp_ns')
         dtypes = (np.int64, np.float32, np.float32, np.float32, np.float32, np.float32,
-                  np.int64)
+                  np.float32, np.int64)
         columns = {}
         for index, (name, dtype) in enumerate(zip(names, dtypes)):
             parts = [chunk[index] for chunk in self._chunks]
@@ -471,7 +482,8 @@ class _ReplayRun:
         block_ms = round((options.block_s or 0.0) * 1e3, 9)  # no ulp above 2 tau from s -> ms
         check_config(self.model, {'device': options.device, 'pixel_radius': 0, 'tau_ms': 0.0,
                                   'block_ms': block_ms, 'causal': options.causal,
-                                  'model': self.model.name})
+                                  'model': self.model.name,
+                                  'min_validity': options.min_validity})
 
     def _check_outputs(self):
         outputs = self.outputs
@@ -574,7 +586,8 @@ class _ReplayRun:
             self.model, width, height, device=options.device,
             block_s=options.block_s or automatic_block_s(self.model.tau_s, options.causal),
             causal=options.causal, target_stride=options.target_stride,
-            confidence=options.confidence, rotation_mean=options.rotation_mean)
+            confidence=options.confidence, rotation_mean=options.rotation_mean,
+            min_validity=options.min_validity)
 
     def _blocks(self, blocks):
         for block in blocks:
@@ -604,9 +617,10 @@ class _ReplayRun:
                         panel)
 
     def _count_non_finite(self):
-        """Add the flows the current estimator left out as NaN/Inf to the summary."""
+        """Add the flows the current estimator left out (NaN/Inf, low validity) to the summary."""
         if self.estimator is not None:
             self.summary.non_finite_flows += self.estimator.events_dropped['non_finite_flow']
+            self.summary.low_validity_flows += self.estimator.low_validity_flows
 
     def finish(self):
         start = time.perf_counter()

@@ -15,7 +15,8 @@
 """
 The ROS 2 side.
 
-The veckm_flow_node and its message conversions: the only sub-package that imports rclpy.
+The veckm_flow_node, the veckm_egomotion_node (egomotion_node.py) and their message
+conversions: the only sub-package that imports rclpy.
 """
 
 

@@ -113,3 +113,24 @@ def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
     parts.append(data)
     parts.append(struct.pack('<?', layout['is_dense']))
     return b'\x00\x01\x00\x00' + b''.join(parts)
+
+
+def parse_imu_angular_velocity_cdr(raw: bytes):
+    """
+    Stamp and angular velocity of a serialized sensor_msgs/msg/Imu (little-endian XCDR1).
+
+    Returns (stamp_ns, (wx, wy, wz) [rad/s], angular_velocity_covariance[0]); the other fields
+    are skipped unread. Raises ValueError for malformed bytes.
+    """
+    if len(raw) < 4 or raw[1] != 1:
+        raise ValueError('not a little-endian CDR message')
+    body = memoryview(raw)[4:]
+    try:
+        sec, nanosec = struct.unpack_from('<iI', body, 0)
+        _, offset = _cdr_string(body, 8)
+        # orientation (4 doubles) and orientation_covariance (9): 8-aligned doubles follow.
+        offset = ((offset + 7) & ~7) + 8 * (4 + 9)
+        wx, wy, wz, covariance0 = struct.unpack_from('<4d', body, offset)
+    except struct.error as error:
+        raise ValueError(f'truncated Imu ({len(raw)} bytes): {error}') from None
+    return sec * 1_000_000_000 + nanosec, (wx, wy, wz), covariance0

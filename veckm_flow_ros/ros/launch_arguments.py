@@ -63,6 +63,15 @@ ARGUMENTS = {
     'loop': Argument('Replay the bag in a loop (the node resets on the time jump).', 'false'),
     'player_fastdds_profile': Argument(_FASTDDS_PROFILE.format('bag player'),
                                        share_default=('config', 'fastdds_event_driver.xml')),
+    'egomotion_params_file': Argument('YAML file with the egomotion node parameters '
+                                      '(window_s, use_imu, imu_rotation_xyzw, ...).',
+                                      share_default=('config', 'veckm_egomotion.yaml')),
+    'camera_info_topic': Argument('sensor_msgs/CameraInfo topic of the event camera '
+                                  "(remapped onto the egomotion node's ~/camera_info).",
+                                  '/event_camera/camera_info'),
+    'imu_topic': Argument("sensor_msgs/Imu topic (remapped onto the egomotion node's ~/imu); "
+                          'without messages there the angular velocity is estimated from the '
+                          'flow.', '/event_camera/imu'),
 }
 
 

@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Conversions between ROS messages and the package's arrays: stamps and the flow image.
+Conversions between ROS messages and the package's values: stamps, images, descriptors.
 
 The flow image goes through cv_bridge where it is importable (a ROS install); the PyPI ROS
 wheels have no cv_bridge, and there the image is built field by field (bgr8_image), which
@@ -22,6 +22,7 @@ gives the same message.
 
 from builtin_interfaces.msg import Time as TimeMsg
 import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from sensor_msgs.msg import Image
 
 try:
@@ -67,3 +68,16 @@ def bgr8_image(bgr: np.ndarray) -> Image:
     msg.step = int(bgr.shape[1]) * 3
     msg.data = bgr.tobytes()
     return msg
+
+
+def parameter_descriptor(spec) -> ParameterDescriptor:
+    """Return the ParameterDescriptor of a ParameterSpec: text, range, read_only."""
+    descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
+    if spec.value_range is not None:
+        low, high = spec.value_range
+        if isinstance(spec.default, float):
+            descriptor.floating_point_range = [
+                FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)]
+        else:
+            descriptor.integer_range = [IntegerRange(from_value=low, to_value=high, step=1)]
+    return descriptor

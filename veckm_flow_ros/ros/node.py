@@ -22,15 +22,16 @@ Subscriptions
 Publications (reliable, volatile; keep last 100 for ~/flow, 10 for the others)
     ~/flow         sensor_msgs/msg/PointCloud2   one point per flow, float32 fields
                    x, y [px], t [s, relative to header.stamp, <= 0], u, v [px/s, x right,
-                   y down], + confidence [0..1] when publish_confidence; header.stamp = ROS
-                   time of the newest flow's event of the block; frame_id copied from the
-                   input. One message per block; invalid flows are left out.
+                   y down], validity [0..1], + confidence [0..1] when publish_confidence;
+                   header.stamp = ROS time of the newest flow's event of the block;
+                   frame_id copied from the input. One message per block; invalid flows
+                   (NaN/Inf) and flows of validity below min_validity are left out.
     ~/flow_image   sensor_msgs/msg/Image bgr8 at image_rate_hz, only while subscribed:
                    hue = flow direction, brightness = speed, black = no flow, legend wheel.
     /diagnostics   diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s: input
                    events/s, flows/s, latency p50/p99 [ms] (event time -> publish), seq gaps,
                    dropped packets, decode problems, stream resets, time sync jumps, queue
-                   fill.
+                   fill, flows left out for low validity.
 
 Parameters: stream/parameters.py (PARAMETERS: names, types, ranges, units, defaults;
 config/veckm_flow.yaml mirrors the defaults). All are read-only except image_max_speed_px_s.
@@ -52,10 +53,8 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from event_camera_msgs.msg import EventPacket
 import numpy as np
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
-                                SetParametersResult)
+from rcl_interfaces.msg import SetParametersResult
 import rclpy
-from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
@@ -65,9 +64,10 @@ from sensor_msgs.msg import Image, PointCloud2
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points
 from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
-from veckm_flow_ros.ros.messages import image_message
+from veckm_flow_ros.ros.messages import image_message, parameter_descriptor as _descriptor
+from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
 from veckm_flow_ros.stream.frontend import InputPacket
-from veckm_flow_ros.stream.parameters import PARAMETERS, ParameterSpec
+from veckm_flow_ros.stream.parameters import PARAMETERS
 from veckm_flow_ros.stream.pipeline import (ConfigurationError,  # noqa: F401 - raised here
                                             estimated_events, FlowPipeline, Throttle)
 
@@ -91,34 +91,6 @@ FLOW_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
 OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
-
-
-def _descriptor(spec: ParameterSpec) -> ParameterDescriptor:
-    descriptor = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
-    if spec.value_range is not None:
-        low, high = spec.value_range
-        if isinstance(spec.default, float):
-            descriptor.floating_point_range = [
-                FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)]
-        else:
-            descriptor.integer_range = [IntegerRange(from_value=low, to_value=high, step=1)]
-    return descriptor
-
-
-class OwnThreadCallbackGroup(ReentrantCallbackGroup):
-    """
-    A callback group that no executor runs: its entities are served by the node's own thread.
-
-    Used for the ~/events subscription and its QoS event handlers. The event handlers matter
-    too: with Fast DDS they wake a wait set on every received message without being ready,
-    so an executor holding them rebuilt its wait set in Python hundreds of times a second.
-    """
-
-    def can_execute(self, entity) -> bool:
-        return False
-
-    def beginning_execution(self, entity) -> bool:
-        return False
 
 
 class VecKMFlowNode(Node):
@@ -325,6 +297,8 @@ class VecKMFlowNode(Node):
                 str(totals['implausible_stamps']),
             'estimator dropped events (total)': str(self.pipeline.estimator_drops()),
             'flows (total)': str(totals['flows']),
+            'flows left out, validity below min_validity (total)':
+                str(totals['low_validity_flows']),
         }
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: normal flow',
                                   message=message, hardware_id=self._frame_id,

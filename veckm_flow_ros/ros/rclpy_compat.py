@@ -16,7 +16,8 @@
 The private rclpy APIs the node's receive thread uses, one small function each.
 
 The node takes ~/events as raw CDR bytes on its own thread, without an executor (see
-OwnThreadCallbackGroup in node.py): rclpy has no public API for that. Its public ways in
+OwnThreadCallbackGroup below; the egomotion node takes ~/imu so): rclpy has no public API
+for that. Its public ways in
 (an executor's spin, rclpy.wait_for_message) build a wait set in Python on every wake-up or
 create a subscription per message, which at 1000 messages/s cost more than the node can spare.
 So the receive loop drives the same private pieces rclpy's own executor drives, and each of
@@ -34,6 +35,7 @@ module was renamed rclpy.event_handler later).
 
 import contextlib
 
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 
@@ -119,3 +121,19 @@ def take_serialized(subscription, msg_type):
     """
     taken = subscription.handle.take_message(msg_type, True)
     return None if taken is None else taken[0]
+
+
+class OwnThreadCallbackGroup(ReentrantCallbackGroup):
+    """
+    A callback group that no executor runs: its entities are served by the node's own thread.
+
+    Used for the ~/events subscription and its QoS event handlers. The event handlers matter
+    too: with Fast DDS they wake a wait set on every received message without being ready,
+    so an executor holding them rebuilt its wait set in Python hundreds of times a second.
+    """
+
+    def can_execute(self, entity) -> bool:
+        return False
+
+    def beginning_execution(self, entity) -> bool:
+        return False

@@ -12,12 +12,14 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Counters and latency samples of the streaming pipeline, shared by its threads."""
+"""Counters, latency samples and log throttling of the streaming pipelines (no torch, no ROS)."""
 
 import collections
 import math
+import sys
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -31,7 +33,7 @@ class Statistics:
               'missed_packets',
               'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
               'failed_blocks', 'estimator_resets', 'time_sync_jumps', 'implausible_stamps',
-              'images')
+              'images', 'low_validity_flows')
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -72,3 +74,22 @@ class Statistics:
             'totals': totals,
         }
         return report
+
+
+class Throttle:
+    """Pass at most one message per period from each call site to log()."""
+
+    def __init__(self, log: Callable[[str, str], None]):
+        self._log = log
+        self._times = {}
+
+    def __call__(self, level: str, message: str, period_s: float = 5.0, depth: int = 1):
+        # Cheaper than rclpy's throttle_duration_sec, which looks the caller up (file system
+        # calls) on every call, also when throttled: under overload warnings would add load.
+        caller = sys._getframe(depth)
+        key = (caller.f_code, caller.f_lineno)
+        now = time.monotonic()
+        if now - self._times.get(key, -math.inf) < period_s:
+            return
+        self._times[key] = now
+        self._log(level, message)

@@ -60,6 +60,12 @@ PARAMETERS = (
                   'always uses all events).', (1, 1000), read_only=True),
     ParameterSpec('max_flows_per_block', 0, 'Cap on flows per block [flows], targets '
                   'subsampled evenly; 0 = no cap.', (0, 100_000_000), read_only=True),
+    ParameterSpec('min_validity', 0.5, 'Publish only flows whose validity is at least this '
+                  '[0..1]: validity = rate / (rate + 1 Hz), rate = events per pixel and second '
+                  "in the event's (2r+1)^2 window over the 2 tau context, not counting its own "
+                  'pixel (docs/validity.md); 0.5 = 1 Hz per pixel. Drops isolated background '
+                  'activity and hot pixels (counted); 0 = publish every flow.', (0.0, 1.0),
+                  read_only=True),
     ParameterSpec('max_queued_events', 10_000_000, 'Capacity of the input packet queue '
                   '[events, estimated from payload bytes]; when full the oldest whole packets '
                   'are dropped and counted.', (1000, 1_000_000_000), read_only=True),
@@ -109,6 +115,14 @@ PARAMETERS = (
     ParameterSpec('diagnostics_period_s', 1.0, 'Period of /diagnostics and of the status log '
                   'line [s].', (0.1, 60.0), read_only=True),
 )
+
+
+def parameter_default(name: str):
+    """Return the default of parameter `name` (replay and predict share the node's)."""
+    for spec in PARAMETERS:
+        if spec.name == name:
+            return spec.default
+    raise KeyError(f'unknown parameter {name!r}')
 
 
 def default_config(**overrides) -> dict:

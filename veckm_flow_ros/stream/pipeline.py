@@ -38,8 +38,9 @@ reports. docs/threading.md explains the threads; in short:
 Memory is bounded by configuration: the queue (max_queued_events), the decoded batches
 (MAX_DECODED_BATCHES x MAX_BATCH_EVENTS events), the estimator (max_buffered_events), one
 context copy per block in flight (compute_threads + 1) and the per-pixel tables of the
-encoder and the flow image (max_sensor_width_px x max_sensor_height_px: larger packets are
-dropped by the front end; the old estimator is released when the size changes).
+encoder, the validity (4 bytes a pixel per computing thread) and the flow image
+(max_sensor_width_px x max_sensor_height_px: larger packets are dropped by the front end;
+the old estimator is released when the size changes).
 
 Stamps: each block's stamp must lie within [first header stamp of the stream -
 time_sync_max_jump_ms, header stamp of the packet that completed it + 2 time_sync_max_jump_ms]
@@ -51,22 +52,20 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 from dataclasses import dataclass
-import math
 import os
 import queue
-import sys
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from veckm_flow_ros.core.estimator import (automatic_block_s, NormalFlowEstimator,
-                                           TIME_RESET_TOLERANCE_NS)
+from veckm_flow_ros.core.estimator import (automatic_block_s, check_min_validity,
+                                           NormalFlowEstimator, TIME_RESET_TOLERANCE_NS)
 from veckm_flow_ros.eventio.events import EventArray
 from veckm_flow_ros.eventio.flow_cloud import block_flow_points
 from veckm_flow_ros.eventio.timesync import SeqGapCounter
-from veckm_flow_ros.stream.counters import Statistics
+from veckm_flow_ros.stream.counters import Statistics, Throttle  # noqa: F401 - node
 from veckm_flow_ros.stream.frontend import Events, InputPacket, Reset, Resize, StreamFrontEnd
 from veckm_flow_ros.stream.packet_queue import PacketQueue
 
@@ -116,6 +115,10 @@ def check_config(model, config: dict):
         raise ConfigurationError(
             f'parameter tau_ms is {tau_ms:g} ms but model {config["model"] or "(default)"} '
             f'was trained with tau = {model_tau_ms:g} ms; set tau_ms to 0 or {model_tau_ms:g}')
+    try:
+        check_min_validity(config.get('min_validity', 0.0))
+    except ValueError as error:
+        raise ConfigurationError(f'parameter {error}') from None
     block_ms = config['block_ms']
     if not config['causal'] and block_ms > 2 * model_tau_ms:
         raise ConfigurationError(
@@ -160,25 +163,6 @@ class DecodedBatch:
     steps: list
     packets: int
     events: int
-
-
-class Throttle:
-    """Pass at most one message per period from each call site to log()."""
-
-    def __init__(self, log: LogFunction):
-        self._log = log
-        self._times = {}
-
-    def __call__(self, level: str, message: str, period_s: float = 5.0, depth: int = 1):
-        # Cheaper than rclpy's throttle_duration_sec, which looks the caller up (file system
-        # calls) on every call, also when throttled: under overload warnings would add load.
-        caller = sys._getframe(depth)
-        key = (caller.f_code, caller.f_lineno)
-        now = time.monotonic()
-        if now - self._times.get(key, -math.inf) < period_s:
-            return
-        self._times[key] = now
-        self._log(level, message)
 
 
 class FlowPipeline:
@@ -503,7 +487,7 @@ class FlowPipeline:
             max_flows_per_block=config['max_flows_per_block'],
             max_buffered_events=config['max_buffered_events'],
             confidence=config['publish_confidence'],
-            rotation_mean=config['rotation_mean_flow'])
+            rotation_mean=config['rotation_mean_flow'], min_validity=config['min_validity'])
 
     def estimator_for(self, width: int, height: int) -> NormalFlowEstimator:
         """Return the estimator for this sensor size (a new one when the size changed)."""
@@ -615,6 +599,8 @@ class FlowPipeline:
     def _publish_marked(self, block, newest: np.ndarray, marks: list):
         """Publish a block stamped by the packet that completed it (the last if none did)."""
         mark = marks[min(int(np.searchsorted(newest, block.ready_ns)), len(marks) - 1)]
+        if block.low_validity:
+            self.stats.add(low_validity_flows=block.low_validity)
         points, t_stamp_ns = block_flow_points(block, self.config['publish_confidence'])
         if t_stamp_ns is None:
             return

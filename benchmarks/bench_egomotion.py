@@ -1,0 +1,102 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Cost of EgomotionEstimator.estimate per window, with and without gyroscope.
+
+    OMP_NUM_THREADS=1 python3 benchmarks/bench_egomotion.py [--rates 100000 300000 1000000]
+                                                            [--window-ms 30] [--repeats 20]
+
+Each case is a window of window_ms at a flow rate (analytic normal flow of a 346x260 camera
+with plumb_bob distortion, random motion), estimated `--repeats` times. Columns: flows per
+window, flows used (max_flows subsamples above it), CPU ms and wall ms per window (median),
+and the CPU share of one core the estimator needs to keep up with the rate, per 100 k flows/s
+of input. The baseline row (measured in the same run) is the input stage alone (pixel ->
+normalized undistorted coordinates and the normal-flow transform) at the same rate; the last
+column is each row's ratio to it.
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def analytic_window(camera, count, rng):
+    """Pixel positions and normal flows [px/s] of a random motion (see test_egomotion)."""
+    from veckm_flow_ros.learning.simulate3d import motion_field
+    v = rng.normal(size=3)
+    v[2] = abs(v[2]) + 0.3
+    omega = rng.normal(size=3) * 0.5
+    x_px = rng.integers(0, camera.width, count)
+    y_px = rng.integers(0, camera.height, count)
+    x, y = camera.normalize(x_px, y_px)
+    depth = 3.0 + 1.5 * x + 0.5 * np.sin(3.0 * y)
+    dx, dy = motion_field(x, y, 1.0 / depth, v / np.linalg.norm(v), omega)
+    u_px, v_px = camera.velocity_to_pixels(x, y, dx, dy)
+    angle = rng.uniform(0, 2 * np.pi, count)
+    magnitude = (np.cos(angle) * u_px + np.sin(angle) * v_px) * (
+        1 + 0.05 * rng.standard_normal(count))
+    return x_px, y_px, magnitude * np.cos(angle), magnitude * np.sin(angle), omega
+
+
+def measure(function, repeats):
+    """Median CPU and wall time [ms] of function() over repeats calls."""
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c0, w0 = time.process_time(), time.perf_counter()
+        result = function()
+        cpu.append((time.process_time() - c0) * 1e3)
+        wall.append((time.perf_counter() - w0) * 1e3)
+    return statistics.median(cpu), statistics.median(wall), result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--rates', type=float, nargs='+', default=[1e5, 3e5, 1e6],
+                        help='flow rates [flows/s]')
+    parser.add_argument('--window-ms', type=float, default=30.0)
+    parser.add_argument('--repeats', type=int, default=20)
+    args = parser.parse_args()
+    from veckm_flow_ros.core.camera import CameraModel
+    from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
+    camera = CameraModel.pinhole(346, 260, 250.0, 'plumb_bob', (-0.3, 0.1, 1e-3, -1e-3, 0.0))
+    config = EgomotionConfig(window_s=args.window_ms * 1e-3)
+    estimator = EgomotionEstimator(camera, config)
+    rng = np.random.default_rng(0)
+    print(f'window {args.window_ms:g} ms, max_flows {config.max_flows}, cells '
+          f'{config.cell_px} px, {config.sphere_directions} sphere directions\n')
+    print('| flows/s | case | flows/window | used | CPU ms/window | wall ms/window | '
+          '% core per 100 k flows/s | x baseline |')
+    print('|---|---|---|---|---|---|---|---|')
+    for rate in args.rates:
+        count = int(round(rate * args.window_ms * 1e-3))
+        x, y, u, v, omega = analytic_window(camera, count, rng)
+        rows = []
+        base_cpu, base_wall, _ = measure(
+            lambda: estimator._prepare(x, y, u, v, None), args.repeats)
+        rows.append(('baseline: input stage', '-', base_cpu, base_wall))
+        for case, gyro in (('with gyro', omega), ('without gyro', None)):
+            cpu, wall, result = measure(
+                lambda: estimator.estimate(x, y, u, v, omega_rad_s=gyro), args.repeats)
+            rows.append((case, result.num_flows, cpu, wall))
+        for case, used, cpu, wall in rows:
+            share = 100.0 * cpu / args.window_ms / (rate / 1e5)
+            print(f'| {rate:,.0f} | {case} | {count:,} | {used} | {cpu:.2f} | {wall:.2f} | '
+                  f'{share:.1f} | {cpu / max(base_cpu, 1e-9):.1f} |')
+
+
+if __name__ == '__main__':
+    main()

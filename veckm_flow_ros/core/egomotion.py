@@ -1,0 +1,602 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+Camera egomotion and time to contact from the normal flow of one window of events.
+
+Conventions (docs/egomotion.md has the derivation): camera optical frame, x right, y down,
+z forward; omega [rad/s] and the translation direction d (unit, scale unknown) of the camera
+in that frame. At an undistorted normalized point p = (x, y) of depth Z the motion field is
+u = A(p) v / Z + B(p) omega, A = [[-1, 0, x], [0, -1, y]],
+B = [[x y, -(1 + x^2), y], [1 + y^2, -x y, -x]]. A normal flow of unit direction n and
+magnitude m (normalized units, 1/s) gives one equation n . u = m, i.e.
+
+    m = rho (a . v) + g . omega,    a = A^T n,  g = B^T n,  rho = 1 / Z > 0.
+
+Pixel normal flows are mapped to this form exactly to first order: with M = K2 J (K2 the
+upper 2x2 of K, J the distortion Jacobian) a pixel velocity is M u, so the pixel constraint
+n_px . (M u) = m_px is (M^T n_px) . u = m_px: n = M^T n_px / |M^T n_px|, m = m_px / |...|.
+
+The estimator models the inverse depth as constant per image cell (`cell_px`). For a fixed
+direction d the cell depths and omega (when no gyroscope gives it) then follow by linear least
+squares; the residual is minimised over d on a sphere grid, refined locally, with
+Huber-reweighted iterations against outliers. With a gyroscope, a cell whose best depth would
+be negative is not fitted (cheirality). Time to contact per region is the weighted median
+(weights |a . d|) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
+
+EgomotionEstimator is the one implementation: the node, `veckm-flow egomotion` and the
+evaluation all call estimate() per window. GyroBuffer averages gyroscope samples over a
+window (bounded memory).
+"""
+
+from dataclasses import dataclass, fields
+import math
+from typing import Optional
+
+import numpy as np
+
+from veckm_flow_ros.core.camera import CameraModel
+
+
+@dataclass
+class EgomotionConfig:
+    """
+    Parameters of the egomotion estimator (unit and accepted range in each comment).
+
+    check() raises ValueError naming the first value out of range.
+    """
+
+    window_s: float = 0.03          # flows per estimate [s], (0, 10]
+    min_flows: int = 200            # fewer usable flows -> no estimate (NaN fields), >= 10
+    max_flows: int = 4000           # evenly subsampled above this [flows per window], >= 10
+    min_validity: float = 0.0       # flows whose weight (validity) is below are ignored, [0, 1]
+    min_forward: float = 0.25       # |direction_z| below this -> FOE and TTC invalid, [0, 1]
+    ttc_grid: tuple = (6, 8)        # rows, cols of the time-to-contact image, each 1..64
+    cell_px: int = 32               # side of the constant-inverse-depth cells [px], 2..256
+    min_cell_flows: int = 3         # cells with fewer flows are not used, >= 2
+    sphere_directions: int = 300    # coarse search directions on the sphere, 50..100000
+    refine_steps: int = 5           # local search rounds (step / 3 each), 0..20
+    robust_iterations: int = 2      # Huber reweighting rounds, 0..10
+    huber_scale: float = 2.0        # Huber threshold in robust standard deviations, (0, 100]
+    min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
+    #                                    direction NaN (translation too small to tell), [0, 1)
+    min_ttc_flows: int = 10         # flows a time-to-contact region needs, >= 1
+    flow_floor_px_s: float = 50.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
+    #                                 errors grow with the flow; 0: all flows weigh the same
+    #                                 (plain least squares), else > 0
+
+    def check(self) -> 'EgomotionConfig':
+        """Return self, or raise ValueError naming the first value out of its range."""
+        def need(ok, name, rule):
+            if not ok:
+                raise ValueError(f'egomotion {name} must be {rule}, got '
+                                 f'{getattr(self, name)!r}')
+        need(0 < self.window_s <= 10, 'window_s', 'in (0, 10] s')
+        need(self.min_flows >= 10, 'min_flows', '>= 10')
+        need(self.max_flows >= 10, 'max_flows', '>= 10')
+        need(0 <= self.min_validity <= 1, 'min_validity', 'in [0, 1]')
+        need(0 <= self.min_forward <= 1, 'min_forward', 'in [0, 1]')
+        grid = tuple(self.ttc_grid)
+        need(len(grid) == 2 and all(int(v) == v and 1 <= v <= 64 for v in grid), 'ttc_grid',
+             '(rows, cols), each 1..64')
+        need(2 <= self.cell_px <= 256, 'cell_px', 'in 2..256 px')
+        need(self.min_cell_flows >= 2, 'min_cell_flows', '>= 2')
+        need(50 <= self.sphere_directions <= 100000, 'sphere_directions', 'in 50..100000')
+        need(0 <= self.refine_steps <= 20, 'refine_steps', 'in 0..20')
+        need(0 <= self.robust_iterations <= 10, 'robust_iterations', 'in 0..10')
+        need(0 < self.huber_scale <= 100, 'huber_scale', 'in (0, 100]')
+        need(0 <= self.min_translation_fit < 1, 'min_translation_fit', 'in [0, 1)')
+        need(self.min_ttc_flows >= 1, 'min_ttc_flows', '>= 1')
+        need(self.flow_floor_px_s >= 0, 'flow_floor_px_s', '>= 0 px/s')
+        return self
+
+    @classmethod
+    def names(cls):
+        """List the names of the parameters, for the node's parameter declarations."""
+        return [item.name for item in fields(cls)]
+
+
+@dataclass
+class EgomotionEstimate:
+    """
+    One window's estimate; NaN fields where undetermined.
+
+    t_s: window centre (sensor time, s); num_flows: flows used; omega_rad_s (3,) camera
+    frame (from the gyroscope when omega_from_gyro); direction (3,) unit translation direction
+    of the camera; foe_px (2,) focus of expansion in pixels (valid when |direction_z| >=
+    min_forward); ttc_grid_s (rows, cols) float32 time to contact [s] per image region;
+    min_ttc_s its minimum; inlier_fraction: share of used flows within the Huber threshold.
+    """
+
+    t_s: float
+    num_flows: int
+    omega_rad_s: np.ndarray
+    omega_from_gyro: bool
+    direction: np.ndarray
+    foe_px: np.ndarray
+    foe_valid: bool
+    ttc_grid_s: np.ndarray
+    min_ttc_s: float
+    inlier_fraction: float
+    translation_fit: float = float('nan')  # explained share of the derotated flow, [0, 1]
+
+
+def fibonacci_sphere(count: int) -> np.ndarray:
+    """Return (count, 3) nearly evenly spread unit vectors."""
+    index = np.arange(count) + 0.5
+    z = 1.0 - 2.0 * index / count
+    radius = np.sqrt(np.maximum(0.0, 1.0 - z * z))
+    angle = index * math.pi * (3.0 - math.sqrt(5.0))
+    return np.stack([radius * np.cos(angle), radius * np.sin(angle), z], axis=1)
+
+
+def _outer(first, second=None):
+    """Return the (K, 9) outer products first second^T of rows (K, 3), row-major."""
+    second = first if second is None else second
+    return (first[:, :, None] * second[:, None, :]).reshape(len(first), 9)
+
+
+def _cell_sums(window, columns):
+    """Per-cell sums of the rows of each (N, k) array: one bincount for all of them."""
+    values = np.concatenate(columns, axis=1)
+    width = values.shape[1]
+    index = (window.cell[:, None] * width + np.arange(width)).reshape(-1)
+    sums = np.bincount(index, values.reshape(-1), window.num_cells * width)
+    sums = sums.reshape(window.num_cells, width)
+    parts = np.cumsum([0] + [column.shape[1] for column in columns])
+    return [sums[:, lo:hi] for lo, hi in zip(parts[:-1], parts[1:])]
+
+
+def _solve3(h, rhs):
+    """Solve the 3x3 systems h (K, 3, 3) x = rhs (K, 3) by the adjugate (fast for small K)."""
+    c0 = np.cross(h[:, 1], h[:, 2])
+    c1 = np.cross(h[:, 2], h[:, 0])
+    c2 = np.cross(h[:, 0], h[:, 1])
+    det = np.einsum('ki,ki->k', h[:, 0], c0)
+    det = np.where(np.abs(det) > 1e-300, det, 1e-300)
+    # inverse = [c0 c1 c2] / det (columns), so x = (c0 rhs0 + c1 rhs1 + c2 rhs2) / det
+    return (c0 * rhs[:, :1] + c1 * rhs[:, 1:2] + c2 * rhs[:, 2:]) / det[:, None]
+
+
+def _tangent_basis(d):
+    """Two unit vectors orthogonal to unit d (and to each other)."""
+    x, y, z = (float(value) for value in d)
+    # d x e_x or d x e_y, whichever is better conditioned
+    e1 = np.array([0.0, z, -y]) if abs(x) < 0.9 else np.array([-z, 0.0, x])
+    e1 /= math.sqrt(float(e1 @ e1))
+    e2 = np.array([y * e1[2] - z * e1[1], z * e1[0] - x * e1[2], x * e1[1] - y * e1[0]])
+    return e1, e2
+
+
+# The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
+_PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
+
+
+class _Window:
+    """The usable flows of one window in normalized form (see the module doc)."""
+
+    def __init__(self, a, g, m, weight, cell, num_cells, region):
+        self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
+        self.weight = weight                      # (N,) input weight (validity)
+        self.robust = np.ones_like(m)             # (N,) Huber weights
+        self.cell = cell                          # (N,) depth cell index
+        self.num_cells = num_cells
+        self.region = region                      # (N,) time-to-contact region index
+
+    def __len__(self):
+        return len(self.m)
+
+
+class EgomotionEstimator:
+    """
+    Angular velocity, translation direction, FOE and time to contact per window of flows.
+
+    camera: CameraModel of the event camera (the flows' pixels are its distorted pixels).
+    """
+
+    def __init__(self, camera: CameraModel, config: EgomotionConfig = None):
+        self.camera = camera
+        self.config = (config or EgomotionConfig()).check()
+        self._sphere = fibonacci_sphere(self.config.sphere_directions)
+        self._previous = None  # the last window's direction: one more start of the search
+        step = math.sqrt(4 * math.pi / self.config.sphere_directions)
+        self._coarse_step_rad = step
+        # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
+        # the module doc, so a window costs a table look-up per flow.
+        x, y = camera.pixel_grid_normalized()
+        self._x_map, self._y_map = x.reshape(-1), y.reshape(-1)
+        jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
+        k2 = camera.K[:2, :2]
+        self._mt_map = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
+
+    # ---- public ---------------------------------------------------------------------------
+
+    def reset(self):
+        """Forget the previous window's direction (after a time jump or a new camera)."""
+        self._previous = None
+
+    def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
+                 t_s=0.0) -> EgomotionEstimate:
+        """
+        Estimate the egomotion of one window of normal flows.
+
+        x_px, y_px: pixel positions (N,) (float or uint16, distorted image); u_px_s, v_px_s
+        (N,) normal flow [px/s]; weight (N,) e.g. validity in 0..1, or None (all 1);
+        omega_rad_s (3,) mean angular velocity from a gyroscope in the camera frame, or
+        None (or NaN) to estimate it. Too few usable flows give NaN fields, not an error;
+        arrays of different lengths raise ValueError.
+        """
+        config = self.config
+        gyro = None
+        if omega_rad_s is not None:
+            gyro = np.asarray(omega_rad_s, np.float64).reshape(-1)
+            if gyro.size != 3:
+                raise ValueError(f'omega_rad_s must have 3 values (camera frame), got '
+                                 f'{gyro.size}')
+            if not np.all(np.isfinite(gyro)):
+                gyro = None
+        window = self._prepare(x_px, y_px, u_px_s, v_px_s, weight)
+        result = self._empty(t_s, 0 if window is None else len(window), gyro)
+        if window is None or len(window) < config.min_flows:
+            return result
+        if gyro is not None:
+            direction, omega, fit = self._solve_gyro(window, gyro)
+        else:
+            direction, omega, fit = self._solve_free(window)
+        result.omega_rad_s = omega
+        result.translation_fit = fit
+        self._previous = direction if fit >= config.min_translation_fit else None
+        result.inlier_fraction = float(np.mean(window.robust >= 1.0))
+        if fit < config.min_translation_fit or not np.all(np.isfinite(direction)):
+            return result
+        result.direction = direction
+        if abs(direction[2]) >= config.min_forward:
+            fx, fy = self.camera.project(direction[0] / direction[2],
+                                         direction[1] / direction[2])
+            result.foe_px = np.array([float(fx), float(fy)])
+            result.foe_valid = bool(np.all(np.isfinite(result.foe_px)))
+            if direction[2] > 0:
+                result.ttc_grid_s = self._ttc(window, direction, omega)
+                if np.any(np.isfinite(result.ttc_grid_s)):
+                    result.min_ttc_s = float(np.nanmin(result.ttc_grid_s))
+        return result
+
+    # ---- input ----------------------------------------------------------------------------
+
+    def _empty(self, t_s, num_flows, gyro) -> EgomotionEstimate:
+        nan3 = np.full(3, np.nan)
+        rows, cols = self.config.ttc_grid
+        return EgomotionEstimate(
+            t_s=float(t_s), num_flows=int(num_flows),
+            omega_rad_s=nan3.copy() if gyro is None else gyro.copy(),
+            omega_from_gyro=gyro is not None, direction=nan3.copy(),
+            foe_px=np.full(2, np.nan), foe_valid=False,
+            ttc_grid_s=np.full((rows, cols), np.nan, np.float32), min_ttc_s=float('nan'),
+            inlier_fraction=float('nan'))
+
+    def _prepare(self, x_px, y_px, u_px_s, v_px_s, weight) -> Optional[_Window]:
+        columns = [np.asarray(c).reshape(-1) for c in (x_px, y_px, u_px_s, v_px_s)]
+        names = ('x_px', 'y_px', 'u_px_s', 'v_px_s')
+        if weight is not None:
+            columns.append(np.asarray(weight).reshape(-1))
+            names += ('weight',)
+        lengths = {name: len(c) for name, c in zip(names, columns)}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f'egomotion inputs differ in length: {lengths}')
+        config = self.config
+        if lengths['x_px'] > config.max_flows:
+            # Even subsampling first: the cost of a window stays bounded at any flow rate.
+            pick = np.linspace(0, lengths['x_px'] - 1, config.max_flows).astype(np.int64)
+            columns = [c[pick] for c in columns]
+        x, y = (np.round(c.astype(np.float64)) for c in columns[:2])
+        u, v = (c.astype(np.float64) for c in columns[2:4])
+        w = columns[4].astype(np.float64) if weight is not None else np.ones(len(u))
+        speed = np.hypot(u, v)
+        keep = (np.isfinite(x) & np.isfinite(y) & np.isfinite(speed) & (speed > 1e-9)
+                & np.isfinite(w) & (w > 0) & (w >= config.min_validity)
+                & (x >= 0) & (y >= 0) & (x < self.camera.width) & (y < self.camera.height))
+        index = np.flatnonzero(keep)
+        if len(index) == 0:
+            return None
+        if config.flow_floor_px_s > 0:
+            w = w / (speed + config.flow_floor_px_s)
+        xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
+        pixel = yi * self.camera.width + xi
+        px, py = self._x_map[pixel], self._y_map[pixel]
+        nx_px, ny_px = u[index] / speed[index], v[index] / speed[index]
+        mt = self._mt_map[pixel]                                   # (N, 4): M^T row-major
+        nx = mt[:, 0] * nx_px + mt[:, 1] * ny_px
+        ny = mt[:, 2] * nx_px + mt[:, 3] * ny_px
+        norm = np.hypot(nx, ny)
+        m = speed[index] / norm
+        nx, ny = nx / norm, ny / norm
+        ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(m)
+        if not ok.all():
+            nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
+            xi, yi = xi[ok], yi[ok]
+        w = w[index][ok]
+        a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
+        g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
+                      nx * py - ny * px], axis=1)
+        cols = -(-self.camera.width // config.cell_px)
+        cell = (yi // config.cell_px) * cols + xi // config.cell_px
+        # Cells with too few flows tell nothing about depth: leave their flows out.
+        counts = np.bincount(cell)
+        used = counts[cell] >= config.min_cell_flows
+        cell_ids, cell = np.unique(cell[used], return_inverse=True)
+        rows_ttc, cols_ttc = config.ttc_grid
+        region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
+            (xi[used] * cols_ttc) // self.camera.width)
+        return _Window(a[used], g[used], m[used], w[used], cell, len(cell_ids), region)
+
+    # ---- with a gyroscope -----------------------------------------------------------------
+
+    def _solve_gyro(self, window, omega):
+        """Direction with omega known: minimise the cell-depth residual, cheirality enforced."""
+        r = window.m - window.g @ omega
+        # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
+        self._reweight(window, r, r)
+        direction = None
+        for iteration in range(self.config.robust_iterations + 1):
+            stats = self._cell_stats_known(window, r)
+            direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
+                                     coarse=iteration <= 1)
+            if iteration < self.config.robust_iterations:
+                self._reweight(window, r, self._cell_fit(window, r, direction))
+        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
+        return direction, omega.copy(), fit
+
+    @staticmethod
+    def _cell_stats_known(window, r):
+        w = window.weight * window.robust
+        a = window.a
+        wa = a * w[:, None]
+        aa, ar = _cell_sums(window, [_outer(wa, a), wa * r[:, None]])
+        return aa, ar, float(np.sum(w * r * r))
+
+    @staticmethod
+    def _cost_known(stats, dirs):
+        """Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb."""
+        aa, ar, total = stats
+        s_bb = _outer(dirs) @ aa.T
+        s_br = dirs @ ar.T
+        gain = np.maximum(s_br, 0.0) ** 2 / np.maximum(s_bb, 1e-300)
+        return total - gain.sum(axis=1)
+
+    # ---- without a gyroscope --------------------------------------------------------------
+
+    def _solve_free(self, window):
+        """Direction and omega together: cell depths and omega by least squares per direction."""
+        self._reweight(window, window.m, window.m)  # caps gross outliers before any fit
+        direction = None
+        for iteration in range(self.config.robust_iterations + 1):
+            stats = self._cell_stats_free(window)
+            direction = self._search(lambda dirs: self._cost_free(stats, dirs)[0], direction,
+                                     coarse=iteration <= 1)
+            omega = self._cost_free(stats, direction[None])[1][0]
+            r = window.m - window.g @ omega
+            if iteration < self.config.robust_iterations:
+                self._reweight(window, r, self._cell_fit(window, r, direction))
+        # The explained share of the flow left after rotation, as with a gyroscope.
+        stats_r = self._cell_stats_known(window, r)
+        fit = 1.0 - float(self._cost_known(stats_r, direction[None])[0]) / max(stats_r[2],
+                                                                               1e-300)
+        return direction, omega, fit
+
+    @staticmethod
+    def _cell_stats_free(window):
+        w = window.weight * window.robust
+        a, g, m = window.a, window.g, window.m
+        cells = window.num_cells
+        wa = a * w[:, None]
+        aa9, am, ga = _cell_sums(window, [_outer(wa, a), wa * m[:, None], _outer(g, wa)])
+        ga = ga.reshape(cells, 3, 3)
+        # gaga[c, (j, j'), (i, i')] = ga[c, i, j] ga[c, i', j']
+        gaga = np.einsum('cij,ckl->cjlik', ga, ga).reshape(cells, 81)
+        gg = (g * w[:, None]).T @ g
+        gm = (g * w[:, None]).T @ m
+        return aa9, am, ga.reshape(cells, 9), gaga, gg, gm, float(np.sum(w * m * m))
+
+    @staticmethod
+    def _cost_free(stats, dirs):
+        """
+        Residual (K,) and omega (K, 3) per direction (K, 3), cell depths eliminated.
+
+        Every sum over cells is a matrix product with per-cell tables (aa, ga, ga x ga), so
+        a direction costs O(cells) multiply-adds in BLAS.
+        """
+        aa9, am, ga9, gaga, gg, gm, total = stats
+        count = len(dirs)
+        dd = _outer(dirs)
+        inv = 1.0 / np.maximum(dd @ aa9.T, 1e-300)                                 # (K, C)
+        s_bm = dirs @ am.T                                                         # (K, C)
+        q = s_bm * inv
+        h = gg[None] - (dd[:, None, :] @ (inv @ gaga).reshape(count, 9, 9)).reshape(count, 3, 3)
+        rhs = gm[None] - ((q @ ga9).reshape(count, 3, 3) @ dirs[..., None])[..., 0]
+        h += np.eye(3)[None] * (1e-12 * np.trace(gg))
+        omega = _solve3(h, rhs)
+        # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
+        s_br = s_bm - _outer(omega, dirs) @ ga9.T                                   # (K, C)
+        total_r = total - 2.0 * omega @ gm + np.einsum('ki,ij,kj->k', omega, gg, omega)
+        cost = total_r - (np.maximum(s_br, 0.0) ** 2 * inv).sum(axis=1)
+        return cost, omega
+
+    # ---- shared ---------------------------------------------------------------------------
+
+    def _search(self, cost, direction, coarse):
+        """
+        Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
+
+        coarse: start from the best of the sphere grid (and of `direction` and the previous
+        window's estimate, when given); else from `direction` with a finer first step. Then
+        refine_steps rounds of a 7x7 grid of +-step in the tangent plane around the best
+        point so far, the step shrinking 3x per round.
+        """
+        step = self._coarse_step_rad
+        if coarse or direction is None:
+            candidates = [self._sphere] + [d[None] for d in (direction, self._previous)
+                                           if d is not None]
+            candidates = np.concatenate(candidates)
+            direction = candidates[int(np.argmin(cost(candidates)))]
+        else:
+            step *= 0.25
+        for _ in range(self.config.refine_steps):
+            e1, e2 = _tangent_basis(direction)
+            dirs = direction[None] + step * (_PATTERN[:, :1] * e1 + _PATTERN[:, 1:] * e2)
+            dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
+            direction = dirs[int(np.argmin(cost(dirs)))]
+            step /= 3.0
+        return direction
+
+    @staticmethod
+    def _cell_fit(window, r, direction):
+        """Per-flow residual of the cell-depth fit (cells with negative depth not fitted)."""
+        w = window.weight * window.robust
+        b = window.a @ direction
+        s_bb = np.bincount(window.cell, w * b * b, window.num_cells)
+        s_br = np.bincount(window.cell, w * b * r, window.num_cells)
+        rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
+        return r - np.maximum(rho, 0.0)[window.cell] * b
+
+    def _reweight(self, window, r, residual):
+        """Huber weights from the residuals (robust scale: median absolute residual)."""
+        scale = 1.4826 * np.median(np.abs(residual)) + 1e-12
+        limit = self.config.huber_scale * scale
+        window.robust = np.minimum(1.0, limit / np.maximum(np.abs(residual), 1e-300))
+
+    def _ttc(self, window, direction, omega):
+        """Time to contact per region [s]: weighted median of per-flow estimates."""
+        config = self.config
+        rows, cols = config.ttc_grid
+        b = window.a @ direction
+        r = window.m - window.g @ omega
+        # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
+        # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth).
+        w = np.abs(b) * window.weight * window.robust
+        ok = w > 1e-12
+        inverse = r[ok] * direction[2] / b[ok]
+        region, w = window.region[ok], w[ok]
+        if len(inverse) == 0:
+            return np.full((rows, cols), np.nan, np.float32)
+        order = np.lexsort((inverse, region))
+        region, inverse, w = region[order], inverse[order], w[order]
+        bounds = np.searchsorted(region, np.arange(rows * cols + 1))
+        counts = np.diff(bounds)
+        cumulative = np.concatenate([[0.0], np.cumsum(w)])
+        start, total = cumulative[bounds[:-1]], cumulative[bounds[1:]] - cumulative[bounds[:-1]]
+        # The weighted median of each region: the first flow whose cumulative weight (within
+        # the region) reaches half of the region's total.
+        pick = np.searchsorted(cumulative, start + 0.5 * total, side='left') - 1
+        enough = counts >= max(config.min_ttc_flows, 1)
+        pick = np.clip(pick, bounds[:-1], np.maximum(bounds[1:] - 1, bounds[:-1]))
+        median = np.where(enough, inverse[np.minimum(pick, len(inverse) - 1)], np.nan)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            grid = np.where(median > 0, 1.0 / median, np.nan)
+        return grid.reshape(rows, cols).astype(np.float32)
+
+
+class GyroBuffer:
+    """
+    Recent gyroscope samples, averaged over a window in the camera frame (bounded memory).
+
+    rotation_cam_imu (3, 3) turns IMU-frame rates into the camera optical frame; camera time
+    = IMU time + time_offset_s. Samples older than max_age_s before the newest, and beyond
+    max_samples, are forgotten; samples older than the newest one are dropped (counted in
+    `dropped`).
+    """
+
+    def __init__(self, rotation_cam_imu=np.eye(3), time_offset_s=0.0, max_age_s=2.0,
+                 max_samples=20000, max_gap_s=0.05):
+        rotation = np.asarray(rotation_cam_imu, np.float64)
+        if rotation.shape != (3, 3) or not np.all(np.isfinite(rotation)):
+            raise ValueError(f'rotation_cam_imu must be a finite 3x3 matrix, got '
+                             f'{rotation.tolist()}')
+        if not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-3) or \
+                np.linalg.det(rotation) < 0:
+            raise ValueError(f'rotation_cam_imu must be a rotation matrix (orthonormal, det '
+                             f'+1), got {rotation.tolist()}')
+        if not math.isfinite(time_offset_s):
+            raise ValueError(f'time_offset_s must be finite, got {time_offset_s}')
+        if not max_age_s > 0:
+            raise ValueError(f'max_age_s must be > 0 s, got {max_age_s}')
+        if not int(max_samples) >= 2:
+            raise ValueError(f'max_samples must be >= 2, got {max_samples}')
+        self.rotation_cam_imu = rotation
+        self.time_offset_s = float(time_offset_s)
+        self.max_age_s = float(max_age_s)
+        self.max_samples = int(max_samples)
+        self.max_gap_s = float(max_gap_s)
+        self._t = np.empty(2 * self.max_samples)
+        self._w = np.empty((2 * self.max_samples, 3))
+        self._start = self._end = 0
+        self.dropped = 0
+
+    def __len__(self):
+        return self._end - self._start
+
+    def clear(self):
+        self._start = self._end = 0
+
+    def add(self, t_s, omega_rad_s):
+        """Add samples: times (G,) [s, IMU clock] and rates (G, 3) [rad/s, IMU frame]."""
+        t = np.atleast_1d(np.asarray(t_s, np.float64))
+        w = np.asarray(omega_rad_s, np.float64).reshape(-1, 3)
+        if len(t) != len(w):
+            raise ValueError(f'gyro times and rates differ in length: {len(t)} vs {len(w)}')
+        ok = np.isfinite(t) & np.all(np.isfinite(w), axis=1)
+        newest = self._t[self._end - 1] if len(self) else -np.inf
+        # Keep only samples in increasing time order after the newest one held.
+        increasing = t > np.maximum.accumulate(np.concatenate([[newest], t[:-1]]))
+        keep = ok & increasing
+        self.dropped += int(len(t) - np.count_nonzero(keep))
+        t, w = t[keep], w[keep]
+        if len(t) > self.max_samples:
+            t, w = t[-self.max_samples:], w[-self.max_samples:]
+        if self._end + len(t) > len(self._t):
+            live = slice(self._start, self._end)
+            count = self._end - self._start
+            self._t[:count], self._w[:count] = self._t[live].copy(), self._w[live].copy()
+            self._start, self._end = 0, count
+        self._t[self._end:self._end + len(t)] = t
+        self._w[self._end:self._end + len(t)] = w
+        self._end += len(t)
+        if len(self):
+            limit = self._t[self._end - 1] - self.max_age_s
+            first = self._start + int(np.searchsorted(self._t[self._start:self._end], limit))
+            self._start = max(first, self._end - self.max_samples)
+
+    def mean(self, t0_s, t1_s):
+        """
+        Mean rate (3,) [rad/s, camera frame] over camera times [t0_s, t1_s], or None.
+
+        The rate is interpolated linearly between samples; None when the samples do not
+        cover the window (within max_gap_s at either end).
+        """
+        if len(self) == 0 or not t1_s >= t0_s:
+            return None
+        t = self._t[self._start:self._end]
+        w = self._w[self._start:self._end]
+        lo, hi = t0_s - self.time_offset_s, t1_s - self.time_offset_s
+        if lo < t[0] - self.max_gap_s or hi > t[-1] + self.max_gap_s:
+            return None
+        lo_c, hi_c = np.clip(lo, t[0], t[-1]), np.clip(hi, t[0], t[-1])
+        if hi_c - lo_c <= 0:
+            rate = np.array([np.interp(0.5 * (lo_c + hi_c), t, w[:, i]) for i in range(3)])
+        else:
+            inside = (t > lo_c) & (t < hi_c)
+            knots = np.concatenate([[lo_c], t[inside], [hi_c]])
+            values = np.stack([np.interp(knots, t, w[:, i]) for i in range(3)], axis=1)
+            steps = np.diff(knots)[:, None]
+            rate = ((values[1:] + values[:-1]) * 0.5 * steps).sum(axis=0) / (hi_c - lo_c)
+        return self.rotation_cam_imu @ rate

@@ -1,0 +1,1009 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+3D event-camera simulator: a camera with known twist in a room of textured planes.
+
+The world is a room (ground, four walls) with boxes standing on the ground, all built from
+textured rectangles (textures from simulate.make_texture, mapped in metres). The world frame is
+the camera's optical frame at t = 0 (x right, y down, z forward). The camera moves with a body
+twist that is linear in time,
+
+    v(t) = v0 + a t [m/s],   omega(t) = omega0 + alpha t [rad/s]   (camera frame),
+
+which covers the trajectories 'constant', 'accelerating', 'turning' and 'approach' (towards a
+wall). Its pose (R camera -> world, p position) integrates dR/dt = R [omega]x, dp/dt = R v with
+exponential steps of the mid-step twist (1e-4 s grid; error far below a micro-pixel).
+
+Rendering: the ray of every pixel centre (CameraModel.normalize, with distortion) is cast into
+the world at small time steps (per-pixel motion below SensorConfig.max_step_px); the nearest
+hit gives depth Z and texture coordinates, the texture is sampled from a mip pyramid at the
+pixel's footprint (trilinear), so distant or grazing surfaces are blurred instead of aliased.
+Rays that hit nothing see a uniform sky (infinite depth). Events come from the 2D simulator's
+sensor model (simulate.PixelState: per-pixel thresholds, refractory period, background noise,
+timestamp rounding).
+
+Ground truth per event, exact and independent of the rendering: the ray of the event's pixel
+is cast again at the event's time, giving the depth Z of the nearest surface there, and the
+optical flow is the motion field of a static point,
+
+    (dx/dt, dy/dt) = (1/Z) [[-1, 0, x], [0, -1, y]] v + [[x y, -(1 + x^2), y],
+                                                        [1 + y^2, -x y, -x]] omega,
+
+mapped to pixels with CameraModel.velocity_to_pixels (1/Z = 0 for the sky). Events whose pixel
+touches a depth discontinuity (a neighbouring pixel on another surface more than 3 % nearer or
+farther, or a change of surface during the render step) are kept and marked `at_occlusion`:
+their ground truth is that of the surface at the pixel centre, while the event may have been
+caused by the occluding contour. Per sequence: the twist at 1 kHz, the FOE
+(project(v_x / v_z, v_y / v_z)) and the time to contact Z / v_z of every event.
+
+Gyroscope: samples of omega(t) in the camera frame (the IMU is taken as aligned with the
+camera) plus a constant bias per axis (normal, GyroConfig.bias_sigma_rad_s) and white noise of
+GyroConfig.noise_density_rad_s_sqrt_hz (per sample sigma = density * sqrt(rate)).
+"""
+
+from dataclasses import asdict, dataclass, field
+import json
+import math
+from typing import List, Optional
+
+import cv2
+import numpy as np
+
+from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.eventio.events import EventArray
+from veckm_flow_ros.learning import simulate
+from veckm_flow_ros.learning.simulate import PixelState, SensorConfig, SimulatedSequence
+
+TRAJECTORIES = ('constant', 'accelerating', 'turning', 'approach')
+DISTORTIONS = ('none', 'plumb_bob', 'equidistant')
+# Coefficients of the distortion variants (moderate barrel distortion at f ~ 0.72 width).
+DISTORTION_COEFFICIENTS = {'plumb_bob': (-0.2, 0.05, 5e-4, -5e-4, 0.0),
+                           'equidistant': (-0.02, 0.004, 0.0, 0.0)}
+# Held-out sequences for evaluation: seeds far from the 2D simulator's (training and held-out).
+HELDOUT_3D_SEED = 3_700_000
+# Focal length of the default camera relative to the sensor width (250 px at 346 px).
+FOCAL_PER_WIDTH = 250.0 / 346.0
+# Neighbouring pixels on different surfaces with depths differing by more than this fraction
+# form an occlusion boundary.
+OCCLUSION_DEPTH_RATIO = 0.03
+# Pose integration grid [s].
+POSE_STEP_S = 1e-4
+# Random textures of the ground and the walls: not the periodic ones (gratings, checker),
+# which would make most of the image ambiguous under the aperture problem; boxes use all.
+ROOM_TEXTURES = ('noise', 'edges', 'polygons', 'bars', 'pink', 'blobs')
+# Largest texture raster of a plane [texels].
+MAX_TEXTURE_PX = 1024
+# Largest stretch of a pixel's footprint on a grazing surface used for the mip level.
+MAX_FOOTPRINT_STRETCH = 16.0
+
+
+# --------------------------------------------------------------------------------------------
+# Rigid motion
+
+
+def _skew(w):
+    """(N, 3) -> (N, 3, 3) cross-product matrices."""
+    k = np.zeros(w.shape[:-1] + (3, 3))
+    k[..., 0, 1], k[..., 0, 2] = -w[..., 2], w[..., 1]
+    k[..., 1, 0], k[..., 1, 2] = w[..., 2], -w[..., 0]
+    k[..., 2, 0], k[..., 2, 1] = -w[..., 1], w[..., 0]
+    return k
+
+
+def se3_exp(v_m, phi_rad):
+    """
+    Exponential of body twists (N, 3) displacement v_m and rotation vector phi_rad.
+
+    Returns (R (N, 3, 3), p (N, 3)): the pose after moving with the constant twist, relative to
+    the start (R = exp([phi]x), p = V(phi) v).
+    """
+    theta = np.linalg.norm(phi_rad, axis=-1)[..., None, None]
+    small = theta < 1e-4
+    t2 = theta * theta
+    safe = np.where(small, 1.0, theta)
+    a = np.where(small, 1 - t2 / 6, np.sin(safe) / safe)
+    b = np.where(small, 0.5 - t2 / 24, (1 - np.cos(safe)) / safe ** 2)
+    c = np.where(small, 1.0 / 6 - t2 / 120, (safe - np.sin(safe)) / safe ** 3)
+    k = _skew(phi_rad)
+    k2 = k @ k
+    eye = np.eye(3)
+    rotation = eye + a * k + b * k2
+    v_matrix = eye + b * k + c * k2
+    return rotation, np.einsum('nij,nj->ni', v_matrix, v_m)
+
+
+@dataclass
+class Trajectory:
+    """
+    Camera body twist linear in time, in the camera optical frame.
+
+    v0_m_s, accel_m_s2: linear velocity at t = 0 and its rate; omega0_rad_s,
+    angular_accel_rad_s2: angular velocity at t = 0 and its rate. All (3,) float64. The pose
+    grid is cached: build a new Trajectory rather than changing these after use.
+    """
+
+    kind: str
+    v0_m_s: np.ndarray
+    accel_m_s2: np.ndarray
+    omega0_rad_s: np.ndarray
+    angular_accel_rad_s2: np.ndarray
+
+    def __post_init__(self):
+        for name in ('v0_m_s', 'accel_m_s2', 'omega0_rad_s', 'angular_accel_rad_s2'):
+            setattr(self, name, np.asarray(getattr(self, name), np.float64).reshape(3))
+        self._grid_r = np.eye(3)[None]
+        self._grid_p = np.zeros((1, 3))
+
+    def twist(self, t_s):
+        """Linear [m/s] and angular [rad/s] velocity at times t_s: two (N, 3) arrays."""
+        t = np.asarray(t_s, np.float64).reshape(-1, 1)
+        return self.v0_m_s + self.accel_m_s2 * t, self.omega0_rad_s + self.angular_accel_rad_s2 * t
+
+    def _step(self, t0_s, dt_s):
+        """Pose increments over [t0, t0 + dt] (arrays), with the mid-step twist."""
+        v, w = self.twist(t0_s + 0.5 * dt_s)
+        dt = np.asarray(dt_s, np.float64).reshape(-1, 1)
+        return se3_exp(v * dt, w * dt)
+
+    def _extend(self, t_s):
+        """Grow the pose grid (sequentially) to cover time t_s."""
+        needed = int(math.floor(t_s / POSE_STEP_S)) + 2
+        count = len(self._grid_p)
+        if needed <= count:
+            return
+        rotations = [self._grid_r]
+        positions = [self._grid_p]
+        r, p = self._grid_r[-1], self._grid_p[-1]
+        k = np.arange(count - 1, needed - 1)
+        dr, dp = self._step(k * POSE_STEP_S, np.full(len(k), POSE_STEP_S))
+        new_r = np.empty((len(k), 3, 3))
+        new_p = np.empty((len(k), 3))
+        for i in range(len(k)):
+            p = p + r @ dp[i]
+            r = r @ dr[i]
+            new_r[i], new_p[i] = r, p
+        rotations.append(new_r)
+        positions.append(new_p)
+        self._grid_r = np.concatenate(rotations)
+        self._grid_p = np.concatenate(positions)
+
+    def pose(self, t_s):
+        """Camera pose at times t_s: R (N, 3, 3) camera -> world, p (N, 3) [m]."""
+        t = np.asarray(t_s, np.float64).reshape(-1)
+        self._extend(float(t.max()) if len(t) else 0.0)
+        # Times before 0 (finite differences) extrapolate the twist from t = 0.
+        k = np.maximum(np.floor(t / POSE_STEP_S), 0).astype(np.int64)
+        t0 = k * POSE_STEP_S
+        dr, dp = self._step(t0, t - t0)
+        base_r = self._grid_r[k]
+        return base_r @ dr, self._grid_p[k] + np.einsum('nij,nj->ni', base_r, dp)
+
+    def describe(self):
+        return {'kind': self.kind, 'v0_m_s': self.v0_m_s, 'accel_m_s2': self.accel_m_s2,
+                'omega0_rad_s': self.omega0_rad_s,
+                'angular_accel_rad_s2': self.angular_accel_rad_s2}
+
+
+def motion_field(x, y, inverse_depth, v, omega):
+    """
+    Motion field of static points in normalized coordinates [1/s] (the module formula).
+
+    x, y, inverse_depth (1/Z [1/m], 0 at infinity): arrays of one shape; v, omega: (3,) or
+    arrays broadcasting as (..., 3). Returns (dx/dt, dy/dt).
+    """
+    v = np.asarray(v)
+    omega = np.asarray(omega)
+    vx, vy, vz = v[..., 0], v[..., 1], v[..., 2]
+    wx, wy, wz = omega[..., 0], omega[..., 1], omega[..., 2]
+    dx = inverse_depth * (x * vz - vx) + x * y * wx - (1 + x * x) * wy + y * wz
+    dy = inverse_depth * (y * vz - vy) + (1 + y * y) * wx - x * y * wy - x * wz
+    return dx, dy
+
+
+def foe_px(camera, v_m_s, min_forward=0.01):
+    """
+    Focus of expansion [px] (N, 2) of linear velocities (N, 3), NaN where |v_z| < min_forward |v|.
+
+    For v_z < 0 the point is the focus of contraction.
+    """
+    v = np.asarray(v_m_s, np.float64).reshape(-1, 3)
+    speed = np.linalg.norm(v, axis=1)
+    valid = np.abs(v[:, 2]) >= min_forward * np.maximum(speed, 1e-12)
+    vz = np.where(valid, v[:, 2], 1.0)
+    u, w = camera.project(v[:, 0] / vz, v[:, 1] / vz)
+    return np.where(valid[:, None], np.stack([u, w], 1), np.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# Scene
+
+
+@dataclass
+class Plane:
+    """
+    A textured rectangle: origin_m + s axis_u + t axis_v, 0 <= s <= size_m[0], 0 <= t <= size[1].
+
+    atlas: float32 raster holding the log-intensity mip pyramid (level 0 = the texture, texel
+    size texel_m, covering the whole rectangle; each level padded by one mirrored texel for
+    bilinear reads at its far border); level_size, level_x0, level_y0: per level raster size
+    and position in the atlas.
+    """
+
+    origin_m: np.ndarray
+    axis_u: np.ndarray
+    axis_v: np.ndarray
+    size_m: np.ndarray
+    texel_m: float
+    atlas: np.ndarray
+    level_size: np.ndarray
+    level_x0: np.ndarray
+    level_y0: np.ndarray
+    description: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.normal = np.cross(self.axis_u, self.axis_v)
+
+    @classmethod
+    def textured(cls, origin_m, axis_u, axis_v, size_m, texel_m, log_texture, description):
+        """Build the plane and its mip atlas from a square log-intensity raster."""
+        levels = [np.asarray(log_texture, np.float32)]
+        while levels[-1].shape[0] >= 16 and len(levels) < 8:
+            levels.append(cv2.pyrDown(levels[-1]))
+        sizes = np.array([level.shape[0] for level in levels])
+        size0 = sizes[0]
+        x0 = np.array([0] + [size0 + 1] * (len(levels) - 1))
+        y0 = np.concatenate([[0, 0], np.cumsum(sizes[1:-1] + 1)])[:len(levels)]
+        height = max(size0 + 1, int(y0[-1] + sizes[-1] + 1))
+        width = int(x0[1] + sizes[1] + 1) if len(levels) > 1 else size0 + 1
+        atlas = np.zeros((height, width), np.float32)
+        for raster, left, top in zip(levels, x0, y0):
+            padded = np.pad(raster, ((0, 1), (0, 1)), mode='reflect')
+            atlas[top:top + len(padded), left:left + len(padded)] = padded
+        return cls(np.asarray(origin_m, np.float64), np.asarray(axis_u, np.float64),
+                   np.asarray(axis_v, np.float64), np.asarray(size_m, np.float64),
+                   float(texel_m), atlas, sizes, x0.astype(np.float32), y0.astype(np.float32),
+                   description)
+
+    def sample(self, u_m, v_m, footprint_m):
+        """Log intensity at plane coordinates [m] with a pixel footprint [m] (trilinear mip)."""
+        top = len(self.level_size) - 1
+        level = np.log2(np.maximum(footprint_m / np.float32(self.texel_m), 1.0))
+        level = np.minimum(level, top)
+        low = np.minimum(level.astype(np.int64), max(top - 1, 0))
+        weight = (level - low).astype(np.float32)
+        high = np.minimum(low + 1, top)
+        # The raster covers the plane: level-k texel i sits at i 2^k texel_m from the origin.
+        scale = (1.0 / (self.texel_m * 2.0 ** np.arange(top + 1))).astype(np.float32)
+        qx = np.concatenate([u_m * scale[low] + self.level_x0[low],
+                             u_m * scale[high] + self.level_x0[high]])
+        qy = np.concatenate([v_m * scale[low] + self.level_y0[low],
+                             v_m * scale[high] + self.level_y0[high]])
+        values = _remap_flat(self.atlas, qx, qy)
+        n = len(u_m)
+        return values[:n] + weight * (values[n:] - values[:n])
+
+    @property
+    def corners_m(self):
+        """(4, 3) world corners of the rectangle."""
+        du, dv = self.axis_u * self.size_m[0], self.axis_v * self.size_m[1]
+        return self.origin_m + np.array([0 * du, du, dv, du + dv])
+
+
+def _remap_flat(raster, qx, qy):
+    """Bilinear samples of a raster at float32 coordinate lists (cv2.remap, rows of 1024)."""
+    n = len(qx)
+    columns = 1024
+    rows = max(-(-n // columns), 1)
+    map_x = np.zeros(rows * columns, np.float32)
+    map_y = np.zeros(rows * columns, np.float32)
+    map_x[:n], map_y[:n] = qx, qy
+    values = cv2.remap(raster, map_x.reshape(rows, columns), map_y.reshape(rows, columns),
+                       cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return values.reshape(-1)[:n]
+
+
+def intersect(planes, origin_m, directions):
+    """
+    Nearest hit of rays origin + s d (s > 0) with the planes.
+
+    origin_m: (3,) or (N, 3); directions: (N, 3) (world frame, with camera-frame z = 1, so
+    s is the depth Z). Returns depth (N,) (inf where nothing is hit), plane index (N,) int16
+    (-1: none), plane coordinates u_m, v_m (N,) of the hit.
+    """
+    columns = tuple(np.ascontiguousarray(directions[:, k]) for k in range(3))
+    hits = _Hits(len(directions), directions.dtype)
+    for i, plane in enumerate(planes):
+        hits.update(i, *_hit(plane, origin_m, columns))
+    return hits.depth, hits.index, hits.u, hits.v
+
+
+class _Hits:
+    """Nearest hit so far of a set of rays (depth, plane index, plane coordinates)."""
+
+    def __init__(self, n, dtype):
+        self.depth = np.full(n, np.inf, dtype)
+        self.index = np.full(n, -1, np.int16)
+        self.u = np.zeros(n, dtype)
+        self.v = np.zeros(n, dtype)
+
+    def update(self, plane_index, s, u, v, pixels=None):
+        """Keep the hits s (plane coordinates u, v) nearer than the current ones."""
+        if pixels is None:
+            closer = s < self.depth
+            np.copyto(self.depth, s, where=closer)
+            np.copyto(self.u, u, where=closer)
+            np.copyto(self.v, v, where=closer)
+            self.index[closer] = plane_index
+            return
+        closer = s < self.depth[pixels]
+        pixels = pixels[closer]
+        self.depth[pixels] = s[closer]
+        self.u[pixels] = u[closer]
+        self.v[pixels] = v[closer]
+        self.index[pixels] = plane_index
+
+
+def _dot(columns, vector):
+    """Sum of columns[k] * vector[k], skipping zero weights (axis-aligned planes are cheap)."""
+    total = None
+    for column, weight in zip(columns, vector):
+        weight = float(weight)
+        if weight == 0.0:
+            continue
+        term = column if weight == 1.0 else (-column if weight == -1.0 else column * weight)
+        total = term if total is None else total + term
+    return np.zeros_like(columns[0]) if total is None else total
+
+
+def _hit(plane, origin_m, columns):
+    """
+    Ray parameter s (inf: no hit inside the rectangle) and plane coordinates u, v [m].
+
+    columns: the x, y, z components of the ray directions (three arrays of one dtype).
+    """
+    dtype = columns[0].dtype
+    offset = np.asarray(origin_m, np.float64) - plane.origin_m
+    offset_n, offset_u, offset_v = (offset @ axis for axis in
+                                    (plane.normal, plane.axis_u, plane.axis_v))
+    if np.ndim(offset_n) == 0:
+        offset_n, offset_u, offset_v = float(offset_n), float(offset_u), float(offset_v)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        s = -offset_n / _dot(columns, plane.normal)
+        u = offset_u + s * _dot(columns, plane.axis_u)
+        v = offset_v + s * _dot(columns, plane.axis_v)
+        half_u, half_v = 0.5 * plane.size_m
+        inside = (s > 1e-6) & (np.abs(u - half_u) <= half_u) & (np.abs(v - half_v) <= half_v)
+    return np.where(inside, s, dtype.type(np.inf)), u, v
+
+
+@dataclass
+class GyroConfig:
+    """
+    Gyroscope model.
+
+    Defaults: a consumer MEMS IMU (BMI088-class noise density 0.014 deg/s/sqrt(Hz)), an
+    uncalibrated bias of about 0.3 deg/s per axis, aligned with the camera and on its clock.
+    rotation_cam_imu (9 values, row-major) and time_offset_s have the meaning of
+    core.egomotion.GyroBuffer's arguments: omega_camera = R omega_imu, camera time = IMU
+    time + time_offset_s; the samples are then omega_imu = R^T omega_camera + bias + noise at
+    IMU times gt_t_s - time_offset_s.
+    """
+
+    rate_hz: float = 1000.0
+    noise_density_rad_s_sqrt_hz: float = 2.4e-4
+    bias_sigma_rad_s: float = 5e-3
+    rotation_cam_imu: tuple = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
+    time_offset_s: float = 0.0
+
+    def __post_init__(self):
+        rotation = np.asarray(self.rotation_cam_imu, np.float64)
+        if rotation.size != 9 or not np.allclose(rotation.reshape(3, 3) @ rotation.reshape(
+                3, 3).T, np.eye(3), atol=1e-6) or np.linalg.det(rotation.reshape(3, 3)) < 0:
+            raise ValueError(f'rotation_cam_imu must be a 3x3 rotation matrix (9 values), got '
+                             f'{rotation.tolist()}')
+        if not (self.rate_hz > 0 and math.isfinite(self.time_offset_s)):
+            raise ValueError(f'gyro rate must be > 0 Hz and the time offset finite, got '
+                             f'{self.rate_hz} Hz, {self.time_offset_s} s')
+
+
+@dataclass
+class Scene3D:
+    """Camera, planes, camera trajectory, sensor and gyro models."""
+
+    camera: CameraModel
+    planes: List[Plane]
+    trajectory: Trajectory
+    sensor: SensorConfig
+    gyro: GyroConfig = field(default_factory=GyroConfig)
+    sky_log_intensity: float = 1.0
+    description: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        x, y = self.camera.pixel_grid_normalized()
+        self._rays = np.stack([x.reshape(-1), y.reshape(-1), np.ones(x.size)], 1)
+        self._valid = np.isfinite(self._rays).all(1)
+        rays = np.where(self._valid[:, None], self._rays, 0.0)
+        self._rays32 = rays.astype(np.float32)
+        self._ray_length = np.linalg.norm(rays, axis=1).astype(np.float32)
+        # Normalized -> pixel velocity per pixel: A J (K's 2x2 times the distortion Jacobian).
+        jac = self.camera.distortion_jacobian(np.where(self._valid, rays[:, 0], 0),
+                                              np.where(self._valid, rays[:, 1], 0))
+        self._to_pixels = (self.camera.K[:2, :2] @ jac).astype(np.float32)
+        # Normalized coordinates seen by the sensor (with a margin), to clip plane boxes.
+        margin = 2.0 / self.camera.focal_px
+        self._normalized_extent = (rays[self._valid, 0].min() - margin,
+                                   rays[self._valid, 0].max() + margin,
+                                   rays[self._valid, 1].min() - margin,
+                                   rays[self._valid, 1].max() + margin)
+
+    @property
+    def width(self):
+        return self.camera.width
+
+    @property
+    def height(self):
+        return self.camera.height
+
+    def render(self, t_s):
+        """
+        Render the camera image at time t_s.
+
+        Returns log intensity (H, W) float32, depth Z (H, W) float32 [m] (inf: sky, NaN: no
+        ray) and surface index (H, W) int16 (-1: sky or no ray).
+        """
+        rotation, position = self.trajectory.pose(t_s)
+        rotation, position = rotation[0], position[0]
+        # World directions of the camera rays (x, y, 1): one array per component.
+        x, y = self._rays32[:, 0], self._rays32[:, 1]
+        columns = tuple(x * np.float32(r[0]) + y * np.float32(r[1]) + np.float32(r[2])
+                        for r in rotation)
+        n = len(x)
+        hits = _Hits(n, np.float32)
+        for i, plane in enumerate(self.planes):
+            box = self._pixel_box(plane, rotation, position)
+            if box is None:
+                continue
+            pixels = self._box_pixels(box)
+            if pixels is None:
+                hits.update(i, *_hit(plane, position, columns))
+            else:
+                hits.update(i, *_hit(plane, position, tuple(c[pixels] for c in columns)),
+                            pixels=pixels)
+        depth, index, hit_u, hit_v = hits.depth, hits.index, hits.u, hits.v
+        level = np.full(n, self.sky_log_intensity, np.float32)
+        order = np.argsort(index, kind='stable')
+        bounds = np.searchsorted(index[order], np.arange(len(self.planes) + 1))
+        focal = np.float32(self.camera.focal_px)
+        for i, plane in enumerate(self.planes):
+            pixels = order[bounds[i]:bounds[i + 1]]
+            if len(pixels) == 0:
+                continue
+            cosine = np.abs(_dot(tuple(c[pixels] for c in columns), plane.normal)) \
+                / self._ray_length[pixels]
+            stretch = np.minimum(1.0 / np.maximum(cosine, 1e-6), MAX_FOOTPRINT_STRETCH)
+            footprint = depth[pixels] / focal * stretch
+            level[pixels] = plane.sample(hit_u[pixels], hit_v[pixels], footprint)
+        depth = np.where(self._valid, depth, np.nan)
+        index[~self._valid] = -1
+        shape = (self.height, self.width)
+        return level.reshape(shape), depth.reshape(shape).astype(np.float32), index.reshape(shape)
+
+    def _pixel_box(self, plane, rotation, position):
+        """
+        Image region (x0, x1, y0, y1) [px, end exclusive] that may show the plane.
+
+        'all' when a corner is behind or near the camera, None when the plane is out of view.
+        """
+        local = (plane.corners_m - position) @ rotation  # R^T (P - p) for each corner
+        if (local[:, 2] < 0.05).any():
+            return 'all'
+        x, y = local[:, 0] / local[:, 2], local[:, 1] / local[:, 2]
+        lo_x, hi_x, lo_y, hi_y = self._normalized_extent
+        x0, x1 = max(x.min(), lo_x), min(x.max(), hi_x)
+        y0, y1 = max(y.min(), lo_y), min(y.max(), hi_y)
+        if x0 > x1 or y0 > y1:
+            return None
+        # The border of the normalized box, densely enough for a distorted projection.
+        steps = np.linspace(0.0, 1.0, 17 if self.camera.has_distortion else 2)
+        bx = np.concatenate([x0 + (x1 - x0) * steps, np.full(len(steps), x1),
+                             x0 + (x1 - x0) * steps, np.full(len(steps), x0)])
+        by = np.concatenate([np.full(len(steps), y0), y0 + (y1 - y0) * steps,
+                             np.full(len(steps), y1), y0 + (y1 - y0) * steps])
+        u, v = self.camera.project(bx, by)
+        margin = 3
+        c0, c1 = max(int(np.floor(u.min())) - margin, 0), min(int(np.ceil(u.max())) + margin + 1,
+                                                              self.width)
+        r0, r1 = max(int(np.floor(v.min())) - margin, 0), min(int(np.ceil(v.max())) + margin + 1,
+                                                              self.height)
+        if c0 >= c1 or r0 >= r1:
+            return None
+        return c0, c1, r0, r1
+
+    def _box_pixels(self, box):
+        """Flat pixel indices of an image region, or None for the whole image."""
+        if box == 'all':
+            return None
+        c0, c1, r0, r1 = box
+        if (c1 - c0) * (r1 - r0) > 0.5 * self.width * self.height:
+            return None
+        return (np.arange(r0, r1)[:, None] * self.width + np.arange(c0, c1)[None, :]).reshape(-1)
+
+    def pixel_flow(self, depth, t_s, stride=1):
+        """
+        Motion field [px/s] (H, W, 2) float32 of a depth image (H, W) at time t_s.
+
+        stride: evaluate every stride-th row and column only (shape (H / s, W / s, 2)).
+        """
+        v, omega = self.trajectory.twist(t_s)
+        shape = (self.height, self.width)
+        grid = (slice(None, None, stride), slice(None, None, stride))
+        rays = self._rays32.reshape(shape + (3,))[grid]
+        depth = np.asarray(depth)[grid]
+        with np.errstate(divide='ignore', invalid='ignore'):
+            inverse = np.where(np.isfinite(depth), 1.0 / depth, 0.0).astype(np.float32)
+        dx, dy = motion_field(rays[..., 0], rays[..., 1], inverse, v[0].astype(np.float32),
+                              omega[0].astype(np.float32))
+        m = self._to_pixels.reshape(shape + (2, 2))[grid]
+        flow = np.stack([m[..., 0, 0] * dx + m[..., 0, 1] * dy,
+                         m[..., 1, 0] * dx + m[..., 1, 1] * dy], -1)
+        flow[~self._valid.reshape(shape)[grid]] = 0.0
+        return flow
+
+    def max_speed_px_s(self, depth, t_s):
+        """Largest image speed [px/s] of a depth image at t_s (every second pixel, +5 %)."""
+        flow = self.pixel_flow(depth, t_s, stride=2)
+        return 1.05 * float(np.sqrt(np.max(flow[..., 0] ** 2 + flow[..., 1] ** 2)))
+
+    def cast(self, t_s, index):
+        """
+        Exact depth and surface of pixels (flat index, (N,)) at times t_s (N,) [s].
+
+        Returns depth Z (N,) float64 [m] (inf: sky) and the surface index (N,) int16.
+        """
+        t_s = np.asarray(t_s, np.float64)
+        rotation, position = self.trajectory.pose(t_s)
+        directions = np.einsum('nij,nj->ni', rotation, self._rays[index])
+        depth, surface, _, _ = intersect(self.planes, position, directions)
+        return depth, surface
+
+    def event_flow(self, t_s, index, depth):
+        """Exact optical flow [px/s] (N, 2) float64 of events at pixels `index` and times t_s."""
+        v, omega = self.trajectory.twist(t_s)
+        rays = self._rays[index]
+        inverse = np.where(np.isfinite(depth), 1.0 / depth, 0.0)
+        dx, dy = motion_field(rays[:, 0], rays[:, 1], inverse, v, omega)
+        u, w = self.camera.velocity_to_pixels(rays[:, 0], rays[:, 1], dx, dy)
+        return np.stack([u, w], 1)
+
+    def project(self, t_s, points_m):
+        """Pixel positions (N, 2) of world points (N, 3) seen at times t_s (N,)."""
+        rotation, position = self.trajectory.pose(t_s)
+        local = np.einsum('nji,nj->ni', rotation, points_m - position)
+        u, v = self.camera.project(local[:, 0] / local[:, 2], local[:, 1] / local[:, 2])
+        return np.stack([u, v], 1)
+
+    def point(self, t_s, index, depth):
+        """World points (N, 3) at depth Z along the rays of pixels `index` at times t_s."""
+        rotation, position = self.trajectory.pose(t_s)
+        local = self._rays[index] * np.asarray(depth)[:, None]
+        return position + np.einsum('nij,nj->ni', rotation, local)
+
+    def ttc_image_s(self, t_s):
+        """Time to contact Z / v_z [s] (H, W) float32 at t_s; NaN where v_z <= 0 or sky."""
+        _, depth, _ = self.render(t_s)
+        v, _ = self.trajectory.twist(t_s)
+        if v[0, 2] <= 0:
+            return np.full(depth.shape, np.nan, np.float32)
+        ttc = depth / v[0, 2]
+        return np.where(np.isfinite(ttc), ttc, np.nan).astype(np.float32)
+
+
+def _unit(vector):
+    vector = np.asarray(vector, np.float64)
+    return vector / np.linalg.norm(vector)
+
+
+def _make_trajectory(kind, rng):
+    """Random twist of a trajectory kind; returns (Trajectory, approach wall distance or None)."""
+    zero = np.zeros(3)
+    if kind == 'constant':
+        direction = _unit([rng.uniform(-0.6, 0.6), rng.uniform(-0.15, 0.15), 1.0])
+        omega = rng.uniform(0.2, 0.6) * _unit(rng.normal(0.0, 1.0, 3))
+        return Trajectory(kind, rng.uniform(1.2, 2.5) * direction, zero, omega, zero), None
+    if kind == 'accelerating':
+        direction = _unit([rng.uniform(-0.3, 0.3), rng.uniform(-0.1, 0.1), 1.0])
+        accel = rng.uniform(3.0, 6.0) * direction + rng.normal(0.0, 0.5, 3)
+        # Mostly yaw: a pitching camera would soon look at the sky above the walls.
+        omega = rng.uniform(0.2, 0.4) * _unit(rng.normal(0.0, [0.3, 1.0, 0.3]))
+        angular_accel = rng.normal(0.0, [0.2, 0.6, 0.2])
+        return Trajectory(kind, rng.uniform(0.4, 0.8) * direction, accel, omega,
+                          angular_accel), None
+    if kind == 'turning':
+        omega = np.array([rng.normal(0.0, 0.1), rng.choice([-1, 1]) * rng.uniform(1.5, 3.0),
+                          rng.normal(0.0, 0.1)])
+        direction = _unit([rng.uniform(-0.2, 0.2), rng.uniform(-0.05, 0.05), 1.0])
+        return Trajectory(kind, rng.uniform(0.5, 1.5) * direction, zero, omega, zero), None
+    if kind == 'approach':
+        speed_z = rng.uniform(1.5, 3.0)
+        # FOE inside the central part of the image.
+        v = speed_z * np.array([rng.uniform(-0.25, 0.25), rng.uniform(-0.15, 0.15), 1.0])
+        ttc_s = rng.uniform(1.0, 3.0)
+        return Trajectory(kind, v, zero, rng.normal(0.0, 0.08, 3), zero), ttc_s * speed_z
+    raise ValueError(f'unknown trajectory {kind!r}; choose one of {", ".join(TRAJECTORIES)}')
+
+
+def _texel_m(depth_m, focal_px):
+    """Texel size [m] that makes texture detail a few pixels at a typical depth."""
+    return 0.6 * depth_m / focal_px
+
+
+def _textured_plane(rng, origin, axis_u, axis_v, size_m, depth_m, focal_px, texture,
+                    description, choices=simulate.TEXTURES):
+    texel = _texel_m(depth_m, focal_px)
+    raster = int(np.clip(2 ** math.ceil(math.log2(max(max(size_m) / texel, 1.0))), 64,
+                         MAX_TEXTURE_PX))
+    # The raster covers the whole plane (large planes get coarser texels).
+    texel = max(texel, max(size_m) / (raster - 1))
+    kind = str(rng.choice(choices)) if texture == 'random' else texture
+    log_texture = rng.uniform(0.4, 1.2) * simulate.make_texture(kind, raster, rng) \
+        + rng.uniform(-1.0, 1.0)
+    return Plane.textured(origin, axis_u, axis_v, size_m, texel, log_texture,
+                          dict(description, texture=kind, texel_m=texel))
+
+
+def make_scene3d(trajectory='constant', seed=0, width=346, height=260, distortion='none',
+                 noise_hz=1.0, texture='random', sensor=None, gyro=None):
+    """
+    Build a room with boxes and a camera trajectory.
+
+    trajectory: one of TRAJECTORIES; distortion: one of DISTORTIONS; noise_hz: background
+    activity [Hz/px]; texture: one of simulate.TEXTURES or 'random' (per plane); sensor,
+    gyro: SensorConfig / GyroConfig (defaults: threshold 0.25, 1e-4 s refractory, noise_hz).
+    """
+    if trajectory not in TRAJECTORIES:
+        raise ValueError(f'unknown trajectory {trajectory!r}; choose one of '
+                         f'{", ".join(TRAJECTORIES)}')
+    if distortion not in DISTORTIONS:
+        raise ValueError(f'unknown distortion {distortion!r}; choose one of '
+                         f'{", ".join(DISTORTIONS)}')
+    if texture != 'random' and texture not in simulate.TEXTURES:
+        raise ValueError(f'unknown texture {texture!r}; choose one of random, '
+                         f'{", ".join(simulate.TEXTURES)}')
+    if not (noise_hz >= 0 and math.isfinite(noise_hz)):
+        raise ValueError(f'noise rate must be >= 0 Hz/px, got {noise_hz}')
+    rng = np.random.default_rng(seed)
+    focal = FOCAL_PER_WIDTH * width
+    if distortion == 'none':
+        camera = CameraModel.pinhole(width, height, focal)
+    else:
+        camera = CameraModel.pinhole(width, height, focal, distortion,
+                                     DISTORTION_COEFFICIENTS[distortion])
+    motion, wall_m = _make_trajectory(trajectory, rng)
+
+    camera_height = rng.uniform(0.8, 1.6)  # ground at y = +camera_height (y points down)
+    half_width = rng.uniform(3.0, 6.0)
+    front = wall_m if wall_m is not None else rng.uniform(7.0, 12.0)
+    back = rng.uniform(4.0, 8.0)
+    wall_height = rng.uniform(3.0, 6.0)
+    top = camera_height - wall_height
+    ex, ey, ez = np.eye(3)
+    planes = [
+        _textured_plane(rng, [-half_width, camera_height, -back], ex, ez,
+                        (2 * half_width, front + back), 4.0, focal, texture, {'name': 'ground'},
+                        ROOM_TEXTURES),
+        _textured_plane(rng, [-half_width, top, front], ex, ey, (2 * half_width, wall_height),
+                        front, focal, texture, {'name': 'front wall'},
+                        ROOM_TEXTURES),
+        _textured_plane(rng, [-half_width, top, -back], ez, ey, (front + back, wall_height),
+                        half_width, focal, texture, {'name': 'left wall'},
+                        ROOM_TEXTURES),
+        _textured_plane(rng, [half_width, top, -back], ez, ey, (front + back, wall_height),
+                        half_width, focal, texture, {'name': 'right wall'},
+                        ROOM_TEXTURES),
+        _textured_plane(rng, [-half_width, top, -back], ex, ey, (2 * half_width, wall_height),
+                        back, focal, texture, {'name': 'back wall'},
+                        ROOM_TEXTURES),
+    ]
+    near = 0.6 * front if wall_m is not None else 2.5
+    # Smaller boxes in front of a near wall (approach), so that some fit between camera and wall.
+    box_scale = min(1.0, (front - near) / 3.0)
+    for box in range(int(rng.integers(3, 6))):
+        size = rng.uniform(0.3, 1.5, 3) * box_scale
+        radius = 0.5 * math.hypot(size[0], size[2])
+        position = rng.uniform(0.0, 1.0, 2)
+        if near + radius > front - radius - 0.05:
+            continue  # no room for this box in front of the wall
+        centre_z = near + radius + position[0] * (front - near - 2 * radius - 0.05)
+        centre_x = (half_width - radius) * (2 * position[1] - 1)
+        planes.extend(_box(rng, [centre_x, camera_height, centre_z], size, rng.uniform(0, np.pi),
+                           focal, texture, box))
+    sensor = sensor or SensorConfig(threshold=0.25, threshold_sigma=0.03, refractory_s=1e-4,
+                                    noise_rate_hz_per_px=noise_hz)
+    gyro = gyro or GyroConfig()
+    description = {'scene': '3d', 'trajectory': motion.describe(), 'seed': seed,
+                   'distortion': distortion, 'texture': texture, 'sensor': asdict(sensor),
+                   'gyro': asdict(gyro), 'camera_height_m': camera_height,
+                   'room_m': {'half_width': half_width, 'front': front, 'back': back,
+                              'height': wall_height},
+                   'planes': [plane.description for plane in planes]}
+    return Scene3D(camera, planes, motion, sensor, gyro, rng.uniform(0.5, 1.5), description)
+
+
+def _box(rng, base_centre, size, yaw, focal, texture, number):
+    """Four sides and the top of a box standing on the ground (base_centre: bottom centre)."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    along_x = np.array([c, 0.0, -s])
+    along_z = np.array([s, 0.0, c])
+    down = np.array([0.0, 1.0, 0.0])
+    half_x, height, half_z = 0.5 * size[0], size[1], 0.5 * size[2]
+    base = np.asarray(base_centre, np.float64)
+    top = base - height * down
+    depth = float(base[2])
+    corner = top - half_x * along_x - half_z * along_z  # top corner, min x and min z
+    faces = [
+        (corner, along_x, down, (size[0], height), 'side -z'),
+        (corner + size[2] * along_z, along_x, down, (size[0], height), 'side +z'),
+        (corner, along_z, down, (size[2], height), 'side -x'),
+        (corner + size[0] * along_x, along_z, down, (size[2], height), 'side +x'),
+        (corner, along_x, along_z, (size[0], size[2]), 'top'),
+    ]
+    return [_textured_plane(rng, origin, u, v, extent, depth, focal, texture,
+                            {'name': f'box {number} {name}'})
+            for origin, u, v, extent, name in faces]
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass
+class SimulatedSequence3D(SimulatedSequence):
+    """
+    A SimulatedSequence with the 3D ground truth.
+
+    camera: CameraModel; depth_m (N,) float32 depth of each event's surface [m] (inf: sky,
+    NaN: noise); at_occlusion (N,) bool; gt_t_s (M,), gt_v_m_s (M, 3), gt_omega_rad_s (M, 3):
+    camera twist samples (camera frame); gyro_t_s (G,), gyro_rad_s (G, 3): gyroscope samples
+    (camera frame, with noise and bias).
+    """
+
+    camera: Optional[CameraModel] = None
+    depth_m: Optional[np.ndarray] = None
+    at_occlusion: Optional[np.ndarray] = None
+    gt_t_s: Optional[np.ndarray] = None
+    gt_v_m_s: Optional[np.ndarray] = None
+    gt_omega_rad_s: Optional[np.ndarray] = None
+    gyro_t_s: Optional[np.ndarray] = None
+    gyro_rad_s: Optional[np.ndarray] = None
+
+    def __getitem__(self, index):
+        return SimulatedSequence3D(
+            self.events[index], self.flow_px_s[index], self.is_noise[index], self.width,
+            self.height, self.description, self.camera, self.depth_m[index],
+            self.at_occlusion[index], self.gt_t_s, self.gt_v_m_s, self.gt_omega_rad_s,
+            self.gyro_t_s, self.gyro_rad_s)
+
+    def twist_at(self, t_s):
+        """Ground-truth (v (N, 3) [m/s], omega (N, 3) [rad/s]) interpolated at times t_s."""
+        t = np.asarray(t_s, np.float64).reshape(-1)
+        v = np.stack([np.interp(t, self.gt_t_s, self.gt_v_m_s[:, i]) for i in range(3)], 1)
+        w = np.stack([np.interp(t, self.gt_t_s, self.gt_omega_rad_s[:, i]) for i in range(3)],
+                     1)
+        return v, w
+
+    def foe_at(self, t_s):
+        """Ground-truth focus of expansion [px] (N, 2) at times t_s (NaN when v_z ~ 0)."""
+        return foe_px(self.camera, self.twist_at(t_s)[0])
+
+    @property
+    def ttc_s(self):
+        """Time to contact Z / v_z of each event [s] (N,) float32; NaN for noise, v_z <= 0."""
+        v, _ = self.twist_at(self.events.t_ns * 1e-9)
+        with np.errstate(divide='ignore', invalid='ignore'):
+            ttc = np.where(v[:, 2] > 0, self.depth_m / v[:, 2], np.nan)
+        return ttc.astype(np.float32)
+
+
+def _check_inside_room(scene, duration_s):
+    """Raise ValueError when the camera would reach a wall or the ground within duration_s."""
+    room = scene.description.get('room_m')
+    if not room:
+        return
+    t_s = np.linspace(0.0, duration_s, int(math.ceil(duration_s * 1000)) + 1)
+    _, position = scene.trajectory.pose(t_s)  # also integrates the pose grid once
+    margin = 0.05
+    outside = (np.abs(position[:, 0]) > room['half_width'] - margin) \
+        | (position[:, 2] > room['front'] - margin) | (position[:, 2] < margin - room['back']) \
+        | (position[:, 1] > scene.description['camera_height_m'] - margin)
+    if outside.any():
+        t_out = t_s[np.argmax(outside)]
+        raise ValueError(f'the camera reaches a wall or the ground of this scene at t = '
+                         f'{t_out:.3f} s; simulate less than that (duration {duration_s} s)')
+
+
+def _occlusion_mask(depth, surface):
+    """Pixels (H, W) bool next to a depth discontinuity between two surfaces."""
+    mask = np.zeros(depth.shape, bool)
+    with np.errstate(invalid='ignore'):
+        for axis in (0, 1):
+            a = [slice(None), slice(None)]
+            b = [slice(None), slice(None)]
+            a[axis], b[axis] = slice(1, None), slice(None, -1)
+            a, b = tuple(a), tuple(b)
+            near = np.minimum(depth[a], depth[b])
+            edge = (surface[a] != surface[b]) \
+                & ~(np.abs(depth[a] - depth[b]) <= OCCLUSION_DEPTH_RATIO * near)
+            mask[a] |= edge
+            mask[b] |= edge
+    return mask
+
+
+def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
+    """
+    Simulate `scene` for duration_s seconds; returns a SimulatedSequence3D.
+
+    Deterministic for a given scene and seed. progress: optional callable(t_s, events) called
+    about every 10 % of the duration.
+    """
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise ValueError(f'duration must be positive, got {duration_s} s')
+    _check_inside_room(scene, duration_s)
+    rng = np.random.default_rng(seed)
+    sensor = scene.sensor
+    width, height = scene.width, scene.height
+    level_prev, depth_prev, surface_prev = scene.render(0.0)
+    pixels = PixelState.start(sensor, rng, level_prev)
+    edge_prev = _occlusion_mask(depth_prev, surface_prev)
+    flat_t, flat_index, flat_on, flat_edge = [], [], [], []
+    t_prev = 0.0
+    next_report = 0.1 * duration_s
+    count = 0
+    steps = 0
+    while t_prev < duration_s:
+        speed = scene.max_speed_px_s(depth_prev, t_prev)
+        # 10 % margin: the twist changes during the step.
+        step = min(sensor.max_step_s, sensor.max_step_px / max(1.1 * speed, 1e-9),
+                   duration_s - t_prev)
+        step = max(step, 1e-6)
+        t_cur = t_prev + step
+        level_cur, depth_cur, surface_cur = scene.render(t_cur)
+        edge_cur = _occlusion_mask(depth_cur, surface_cur)
+        events = pixels.crossings(level_prev, level_cur, t_prev, step)
+        if events is not None:
+            t_s, index, on = events
+            with np.errstate(invalid='ignore'):
+                changed = (surface_prev != surface_cur) & ~(
+                    np.abs(depth_prev - depth_cur)
+                    <= OCCLUSION_DEPTH_RATIO * np.minimum(depth_prev, depth_cur))
+            edge = (edge_prev | edge_cur | changed).reshape(-1)[index]
+            flat_t.append(t_s)
+            flat_index.append(index)
+            flat_on.append(on)
+            flat_edge.append(edge)
+            count += len(t_s)
+        level_prev, depth_prev, surface_prev, edge_prev = level_cur, depth_cur, surface_cur, \
+            edge_cur
+        t_prev = t_cur
+        steps += 1
+        if progress is not None and t_prev >= next_report:
+            progress(t_prev, count)
+            next_report += 0.1 * duration_s
+
+    t_s = np.concatenate(flat_t) if flat_t else np.empty(0)
+    index = np.concatenate(flat_index) if flat_index else np.empty(0, np.int64)
+    on = np.concatenate(flat_on) if flat_on else np.empty(0, bool)
+    edge = np.concatenate(flat_edge) if flat_edge else np.empty(0, bool)
+    depth = np.empty(len(t_s))
+    flow = np.empty((len(t_s), 2))
+    chunk = 200_000
+    for start in range(0, len(t_s), chunk):
+        part = slice(start, start + chunk)
+        depth[part], _ = scene.cast(t_s[part], index[part])
+        flow[part] = scene.event_flow(t_s[part], index[part], depth[part])
+    x = (index % width).astype(np.float64)
+    y = (index // width).astype(np.float64)
+    is_noise = np.zeros(len(t_s), bool)
+
+    noise = simulate.background_noise(sensor, rng, width, height, duration_s)
+    if noise is not None:
+        n_noise = len(noise[0])
+        t_s = np.concatenate([t_s, noise[0]])
+        x = np.concatenate([x, noise[1]])
+        y = np.concatenate([y, noise[2]])
+        on = np.concatenate([on, noise[3]])
+        flow = np.concatenate([flow, np.full((n_noise, 2), np.nan)])
+        depth = np.concatenate([depth, np.full(n_noise, np.nan)])
+        edge = np.concatenate([edge, np.zeros(n_noise, bool)])
+        is_noise = np.concatenate([is_noise, np.ones(n_noise, bool)])
+
+    t_ns = simulate.sensor_times_ns(t_s, sensor)
+    order = np.argsort(t_ns, kind='stable')
+    events = EventArray(t_ns[order], x[order].astype(np.uint16), y[order].astype(np.uint16),
+                        on[order].astype(np.uint8))
+
+    # Twist ground truth and gyroscope at the gyro rate (own generator: the events do not
+    # depend on the gyro settings).
+    gyro = scene.gyro
+    gt_t_s = np.arange(int(math.floor(duration_s * gyro.rate_hz + 1e-9)) + 1) / gyro.rate_hz
+    gt_v, gt_omega = scene.trajectory.twist(gt_t_s)
+    gyro_rng = np.random.default_rng([seed, 1])
+    bias = gyro_rng.normal(0.0, gyro.bias_sigma_rad_s, 3)
+    sigma = gyro.noise_density_rad_s_sqrt_hz * math.sqrt(gyro.rate_hz)
+    rotation = np.asarray(gyro.rotation_cam_imu, np.float64).reshape(3, 3)
+    omega_imu = gt_omega if np.array_equal(rotation, np.eye(3)) else gt_omega @ rotation
+    gyro_rad_s = omega_imu + bias + gyro_rng.normal(0.0, sigma, gt_omega.shape)
+    description = dict(scene.description, duration_s=duration_s, sim_seed=seed,
+                       render_steps=steps, gyro_bias_rad_s=bias.tolist(),
+                       gyro_noise_sigma_rad_s=sigma)
+    return SimulatedSequence3D(
+        events, flow[order].astype(np.float32), is_noise[order], width, height, description,
+        scene.camera, depth[order].astype(np.float32), edge[order], gt_t_s, gt_v, gt_omega,
+        gt_t_s - gyro.time_offset_s, gyro_rad_s)
+
+
+def heldout_3d_specs(count):
+    """Dicts of make_scene3d arguments (trajectory, seed) for evaluation, cycling trajectories."""
+    return [{'trajectory': TRAJECTORIES[i % len(TRAJECTORIES)], 'seed': HELDOUT_3D_SEED + i}
+            for i in range(int(count))]
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+
+def save_npz3d(sequence, path):
+    """Write simulate.save_npz's columns plus depth_m, at_occlusion, the twist and the camera."""
+    camera = sequence.camera
+    np.savez_compressed(
+        path, **simulate.npz_columns(sequence), depth_m=sequence.depth_m,
+        at_occlusion=sequence.at_occlusion, gt_t_s=sequence.gt_t_s, gt_v_m_s=sequence.gt_v_m_s,
+        gt_omega_rad_s=sequence.gt_omega_rad_s, gyro_t_s=sequence.gyro_t_s,
+        gyro_rad_s=sequence.gyro_rad_s, camera_k=camera.K.reshape(-1), camera_d=camera.D,
+        camera_distortion_model=np.array(camera.distortion_model))
+
+
+def load_npz3d(path):
+    """Read a file written by save_npz3d; returns a SimulatedSequence3D (ValueError if not)."""
+    from veckm_flow_ros.eventio.npz import read_npz
+    data = read_npz(path, '3D simulated sequence')
+    base = simulate.sequence_from_npz(data, path)
+    missing = {'depth_m', 'gt_t_s', 'gt_v_m_s', 'gt_omega_rad_s', 'camera_k', 'camera_d',
+               'camera_distortion_model'} - set(data)
+    if missing:
+        raise ValueError(f'{path} is not a 3D simulated sequence: missing {sorted(missing)}')
+    camera = CameraModel.from_camera_info(base.width, base.height, data['camera_k'],
+                                          data['camera_d'], str(data['camera_distortion_model']))
+    n = len(base)
+    at_occlusion = data['at_occlusion'] if 'at_occlusion' in data else np.zeros(n, bool)
+    gyro_t = data['gyro_t_s'] if 'gyro_t_s' in data else np.empty(0)
+    gyro = data['gyro_rad_s'] if 'gyro_rad_s' in data else np.empty((0, 3))
+    return SimulatedSequence3D(
+        base.events, base.flow_px_s, base.is_noise, base.width, base.height, base.description,
+        camera, data['depth_m'].astype(np.float32), at_occlusion.astype(bool),
+        data['gt_t_s'].astype(np.float64), data['gt_v_m_s'].astype(np.float64),
+        data['gt_omega_rad_s'].astype(np.float64), gyro_t.astype(np.float64),
+        gyro.astype(np.float64))
+
+
+def save_gyro_npz(sequence, path):
+    """Write the gyroscope samples: t (s, float64), wx, wy, wz (rad/s, camera frame)."""
+    np.savez_compressed(path, t=sequence.gyro_t_s, wx=sequence.gyro_rad_s[:, 0],
+                        wy=sequence.gyro_rad_s[:, 1], wz=sequence.gyro_rad_s[:, 2],
+                        description=np.array(json.dumps({
+                            'frame': 'IMU frame: omega_camera = rotation_cam_imu omega_imu '
+                                     '(identity by default: camera optical frame, x right, y '
+                                     'down, z forward); camera time = t + time_offset_s',
+                            'gyro': sequence.description.get('gyro', {}),
+                            'bias_rad_s': sequence.description.get('gyro_bias_rad_s')})))

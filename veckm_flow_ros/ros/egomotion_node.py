@@ -1,0 +1,423 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+veckm_egomotion_node: camera egomotion and time to contact from the normal flow of ~/flow.
+
+Subscriptions
+    ~/flow          sensor_msgs/msg/PointCloud2   reliable, keep last 10: veckm_flow_node's
+                    output (float32 fields x, y [px], t [s, relative to header.stamp], u, v
+                    [px/s]; validity, or else confidence, [0..1] weights the flows when
+                    present). Any cloud with these float32 fields is accepted.
+    ~/camera_info   sensor_msgs/msg/CameraInfo    best effort, keep last 1 (matches any
+                    publisher): K, D with distortion_model plumb_bob or equidistant. The last
+                    valid message is used; a bad one (zero focal length, wrong D length, ...)
+                    is logged, counted and ignored. camera_yaml gives one before it arrives.
+    ~/imu           sensor_msgs/msg/Imu           best effort, keep last 200 (only when
+                    use_imu): angular_velocity [rad/s] in the IMU frame, turned into the
+                    camera optical frame with imu_rotation_xyzw and shifted in time by
+                    imu_time_offset_s (parameters: tf2 has no wheel for the PyPI ROS that
+                    this package is tested on). Taken as raw CDR by a receive thread, all
+                    waiting messages every IMU_RECEIVE_PERIOD_S (an IMU at 200-1000 Hz
+                    through the executor cost more than the flow). Without samples covering a
+                    window the angular velocity is estimated from the flow.
+
+Publications (reliable, volatile, keep last 10), one message each per window of window_s,
+header.stamp = the window centre (flow time), frame_id = the ~/flow frame_id (the camera
+optical frame: x right, y down, z forward):
+    ~/twist                 geometry_msgs/msg/TwistStamped: angular = angular velocity of
+                            the camera [rad/s]; linear = the UNIT translation direction of the
+                            camera (|linear| = 1: monocular flow gives no scale, not m/s).
+    ~/foe                   geometry_msgs/msg/PointStamped: focus of expansion [px] (x, y in
+                            the distorted image); z = 1 valid, z = 0 invalid (translation
+                            nearly parallel to the image plane, |direction z| < min_forward,
+                            or moving backwards) and then x, y are NaN.
+    ~/time_to_contact       sensor_msgs/msg/Image 32FC1, ttc_rows x ttc_cols cells over the
+                            image: time to contact [s] of the scene in each cell, NaN where
+                            unknown.
+    ~/min_time_to_contact   std_msgs/msg/Float32: the smallest cell [s], NaN when none (a
+                            comparison `data < threshold` is then false).
+    /diagnostics            diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s:
+                            flows/s in, estimates/s, share of flows used, per-window compute
+                            time and latency p50/p99 [ms], estimator CPU [% of a core], the
+                            angular velocity's source, the calibration, counters of bad and
+                            dropped input.
+    Windows without an estimate (too few flows, no calibration, undetermined) publish
+    nothing and are counted.
+
+Parameters: stream/egomotion_parameters.py (EGOMOTION_PARAMETERS: names, types, ranges,
+units, defaults; config/veckm_egomotion.yaml mirrors them); all read-only.
+
+This module is the rclpy glue around stream.egomotion_stream.EgomotionStream, which cuts the
+flows into windows and computes them on its own thread (bounded queue); the executor thread
+runs ~/flow, ~/camera_info, the diagnostics timer and the parameter services, a receive
+thread ~/imu.
+"""
+
+import math
+import signal
+import sys
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PointStamped, TwistStamped
+import numpy as np
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.guard_condition import GuardCondition
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image, Imu, PointCloud2
+from std_msgs.msg import Float32
+
+from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.ros import rclpy_compat
+from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
+from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns, stamp_to_ns
+from veckm_flow_ros.stream.counters import Throttle
+from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
+from veckm_flow_ros.stream.egomotion_stream import EgomotionStream, read_flow_cloud
+
+EXECUTABLE = 'veckm_egomotion_node'
+NODE_NAME = 'veckm_egomotion'
+
+FLOW_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
+                      reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.VOLATILE)
+# Best effort + volatile matches every publisher (reliable or not, latched or not).
+CAMERA_INFO_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
+                             reliability=ReliabilityPolicy.BEST_EFFORT,
+                             durability=DurabilityPolicy.VOLATILE)
+# IMUs publish at 100-1000 Hz, often in bursts: room for 0.2-2 s of samples.
+IMU_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200,
+                     reliability=ReliabilityPolicy.BEST_EFFORT,
+                     durability=DurabilityPolicy.VOLATILE)
+OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
+                        reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.VOLATILE)
+# The IMU receive thread takes what arrived at most once per period (at 1 kHz: ~10 messages
+# per wake-up) and waits at most RECEIVE_WAIT_NS before looking at its stop flag again.
+IMU_RECEIVE_PERIOD_S = 0.01
+RECEIVE_WAIT_NS = 100_000_000
+# Counters whose increase in a diagnostics period makes the status WARN.
+WARNING_COUNTERS = ('bad_flow_messages', 'flows_with_bad_times', 'bad_camera_infos',
+                    'bad_imu_messages', 'dropped_windows', 'failed_windows', 'time_resets')
+
+
+def ttc_image(grid_s: np.ndarray, stamp_ns: int, frame_id: str) -> Image:
+    """sensor_msgs/Image 32FC1 of a (rows, cols) time-to-contact grid [s]."""
+    grid = np.ascontiguousarray(grid_s, dtype='<f4')
+    msg = Image()
+    msg.header.stamp = stamp_from_ns(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = int(grid.shape[0]), int(grid.shape[1])
+    msg.encoding = '32FC1'
+    msg.is_bigendian = 0
+    msg.step = int(grid.shape[1]) * 4
+    msg.data = grid.tobytes()
+    return msg
+
+
+class EgomotionNode(Node):
+    """
+    Egomotion node (see the module docstring for topics and parameters).
+
+    Raises ValueError at construction when parameters do not fit together or camera_yaml
+    cannot be read; rclpy's ParameterException for out-of-range values.
+    """
+
+    def __init__(self, **node_kwargs):
+        super().__init__(NODE_NAME, **node_kwargs)
+        self.config = {spec.name: self.declare_parameter(spec.name, spec.default,
+                                                         parameter_descriptor(spec)).value
+                       for spec in EGOMOTION_PARAMETERS}
+        self.config['imu_rotation_xyzw'] = list(self.config['imu_rotation_xyzw'])
+        self._throttled = Throttle(self._log)
+        self.stream = EgomotionStream(self.config, publish=self._publish, log=self._log,
+                                      alive=self.context.ok)
+        if self.config['camera_yaml']:
+            camera = CameraModel.from_yaml(self.config['camera_yaml'])
+            self.stream.set_camera(camera)
+        self._cpu_start_s = time.process_time()
+
+        self.twist_pub = self.create_publisher(TwistStamped, '~/twist', OUTPUT_QOS)
+        self.foe_pub = self.create_publisher(PointStamped, '~/foe', OUTPUT_QOS)
+        self.ttc_pub = self.create_publisher(Image, '~/time_to_contact', OUTPUT_QOS)
+        self.min_ttc_pub = self.create_publisher(Float32, '~/min_time_to_contact', OUTPUT_QOS)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
+                                                     OUTPUT_QOS)
+        self.flow_sub = self.create_subscription(PointCloud2, '~/flow', self._on_flow, FLOW_QOS)
+        self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
+                                                        self._on_camera_info, CAMERA_INFO_QOS)
+        self._stop = threading.Event()
+        self._imu_wake = GuardCondition(None, None, context=self.context)
+        self._imu_receiver = None
+        self.imu_sub = None
+        if self.config['use_imu']:
+            self.imu_sub = self.create_subscription(
+                Imu, '~/imu', self._on_imu_raw, IMU_QOS, raw=True,
+                callback_group=rclpy_compat.OwnThreadCallbackGroup())
+            self._imu_receiver = threading.Thread(target=self._receive_imu,
+                                                  name='veckm_egomotion_imu', daemon=True)
+        self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
+                                                    self._on_diagnostics_timer)
+        self.stream.start()
+        if self._imu_receiver is not None:
+            self._imu_receiver.start()
+        config = self.config
+        omega_source = ('from ~/imu when it covers the window' if config['use_imu']
+                        else 'from the flow (use_imu false)')
+        calibration = self.stream.camera or 'waiting for ~/camera_info'
+        self.get_logger().info(
+            f'window {config["window_s"] * 1e3:g} ms, {config["min_flows"]}..'
+            f'{config["max_flows"]} flows per window, angular velocity {omega_source}; '
+            f'calibration: {calibration}')
+
+    def _log(self, level: str, message: str):
+        """Log one line (one call site per severity: rclpy refuses a new one from a site)."""
+        logger = self.get_logger()
+        if level == 'error':
+            logger.error(message)
+        elif level == 'warning':
+            logger.warning(message)
+        else:
+            logger.info(message)
+
+    # -- inputs (executor thread) -------------------------------------------------------------
+
+    def _on_flow(self, msg: PointCloud2):
+        fields = [(field.name, field.offset, field.datatype, field.count)
+                  for field in msg.fields]
+        try:
+            columns = read_flow_cloud(fields, msg.point_step, msg.data, msg.is_bigendian,
+                                      msg.width, msg.height)
+        except ValueError as error:
+            self.stream.counters.add(bad_flow_messages=1)
+            self._throttled('error', f'~/flow message ignored: {error}')
+            return
+        self.stream.add_flow(stamp_to_ns(msg.header.stamp), columns, msg.header.frame_id)
+
+    def _on_camera_info(self, msg: CameraInfo):
+        try:
+            camera = CameraModel.from_camera_info(msg.width, msg.height, msg.k, msg.d,
+                                                  msg.distortion_model)
+        except ValueError as error:
+            self.stream.counters.add(bad_camera_infos=1)
+            keeping = ('keeping the previous calibration' if self.stream.camera is not None
+                       else 'no calibration yet, windows are skipped')
+            self._throttled('error', f'~/camera_info ignored: {error}; {keeping}')
+            return
+        if self.stream.set_camera(camera):
+            self.get_logger().info(f'calibration from ~/camera_info: {camera!r}')
+
+    # -- IMU receive thread ------------------------------------------------------------------
+
+    def _receive_imu(self):
+        """Take ~/imu messages as raw CDR, all that are there at each wake-up (node.py's way)."""
+        subscription, wake = self.imu_sub, self._imu_wake
+        handlers = rclpy_compat.event_handlers(subscription)
+        try:
+            wait_set = rclpy_compat.make_wait_set(self.context, 1, 1, len(handlers))
+            while not self._stop.is_set() and self.context.ok():
+                batch = []
+                with rclpy_compat.entities_in_use(subscription, wake, handlers):
+                    rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
+                    woke_s = time.monotonic()
+                    rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
+                    while not self._stop.is_set():
+                        raw = rclpy_compat.take_serialized(subscription, Imu)
+                        if raw is None:
+                            break
+                        batch.append(raw)
+                if batch:
+                    self._on_imu_raw(batch)
+                pause_s = IMU_RECEIVE_PERIOD_S - (time.monotonic() - woke_s)
+                if pause_s > 0:
+                    self._stop.wait(pause_s)
+        except Exception as error:  # noqa: B902 - say why the IMU stopped, unless shutting down
+            if not self._stop.is_set() and self.context.ok():
+                self.get_logger().error(f'receiving ~/imu failed, no more gyroscope: '
+                                        f'{type(error).__name__}: {error}')
+
+    def _on_imu_raw(self, batch):
+        """Add the gyroscope samples of serialized Imu messages (a list) to the stream."""
+        if not isinstance(batch, list):
+            batch = [batch]
+        t_s, omega = [], []
+        for raw in batch:
+            try:
+                stamp_ns, rate, covariance0 = parse_imu_angular_velocity_cdr(raw)
+            except ValueError as error:
+                rate, covariance0, problem = None, math.nan, str(error)
+            else:
+                problem = None
+                if covariance0 == -1.0 or not all(map(math.isfinite, rate)):
+                    # REP 145: covariance[0] = -1 means the IMU has no angular velocity.
+                    problem = (f'no usable angular velocity ({rate} rad/s, covariance[0] = '
+                               f'{covariance0:g})')
+            if problem:
+                self.stream.counters.add(bad_imu_messages=1)
+                self._throttled('warning', f'~/imu message ignored: {problem}')
+                continue
+            t_s.append(stamp_ns * 1e-9)
+            omega.append(rate)
+        if t_s:
+            self.stream.add_gyro(np.array(t_s), np.array(omega))
+
+    # -- outputs (estimator thread) -----------------------------------------------------------
+
+    def _publish(self, estimate, window):
+        stamp = stamp_from_ns(window.stamp_ns)
+        frame_id = window.frame_id
+        twist = TwistStamped()
+        twist.header.stamp, twist.header.frame_id = stamp, frame_id
+        twist.twist.angular.x, twist.twist.angular.y, twist.twist.angular.z = (
+            float(value) for value in estimate.omega_rad_s)
+        twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z = (
+            float(value) for value in estimate.direction)
+        self.twist_pub.publish(twist)
+        foe = PointStamped()
+        foe.header.stamp, foe.header.frame_id = stamp, frame_id
+        if estimate.foe_valid and np.all(np.isfinite(estimate.foe_px)):
+            foe.point.x, foe.point.y, foe.point.z = (float(estimate.foe_px[0]),
+                                                     float(estimate.foe_px[1]), 1.0)
+        else:
+            foe.point.x, foe.point.y, foe.point.z = math.nan, math.nan, 0.0
+        self.foe_pub.publish(foe)
+        self.ttc_pub.publish(ttc_image(estimate.ttc_grid_s, window.stamp_ns, frame_id))
+        self.min_ttc_pub.publish(Float32(data=float(estimate.min_ttc_s)))
+
+    # -- diagnostics --------------------------------------------------------------------------
+
+    def omega_source_text(self) -> str:
+        """Where the angular velocity comes from, as /diagnostics says it."""
+        if not self.config['use_imu']:
+            return 'estimated from the flow (use_imu false)'
+        source = self.stream.omega_source
+        if source == 'gyro':
+            return 'gyroscope (~/imu)'
+        if source == 'flow':
+            return ('estimated from the flow (no ~/imu samples)' if self.stream.imu_samples == 0
+                    else 'estimated from the flow (~/imu does not cover the windows)')
+        return 'no window yet'
+
+    def _on_diagnostics_timer(self):
+        report = self.stream.counters.take_period()
+        totals, period = report['totals'], report['period']
+        cpu_now_s = time.process_time()
+        process_cpu_percent = 100.0 * (cpu_now_s - self._cpu_start_s) / report['elapsed_s']
+        self._cpu_start_s = cpu_now_s
+        level, message = DiagnosticStatus.OK, 'ok'
+        problems = [name for name in WARNING_COUNTERS if period[name]]
+        if problems:
+            level, message = DiagnosticStatus.WARN, 'problems: ' + ', '.join(
+                name.replace('_', ' ') for name in problems)
+        elif self.stream.camera is None:
+            level, message = DiagnosticStatus.WARN, 'no camera calibration (~/camera_info)'
+        elif period['messages'] == 0:
+            message = 'no input'
+        elif self.config['use_imu'] and self.stream.omega_source == 'flow':
+            message = 'ok, no IMU: angular velocity from the flow'
+        received = period['window_flows_received']
+        used_percent = (100.0 * period['window_flows_used'] / received if received
+                        else math.nan)
+        values = {
+            'flows/s in': f'{report["flows_per_s"]:.0f}',
+            'estimates/s': f'{report["estimates_per_s"]:.1f}',
+            'flows used [% of received]': f'{used_percent:.1f}',
+            'window compute p50 [ms]': f'{report["compute_p50_ms"]:.2f}',
+            'window compute p99 [ms]': f'{report["compute_p99_ms"]:.2f}',
+            'window latency p50 [ms]': f'{report["latency_p50_ms"]:.2f}',
+            'window latency p99 [ms]': f'{report["latency_p99_ms"]:.2f}',
+            'estimator CPU [% of a core]': f'{report["estimator_cpu_percent"]:.1f}',
+            'process CPU [% of a core]': f'{process_cpu_percent:.1f}',
+            'angular velocity': self.omega_source_text(),
+            'calibration': repr(self.stream.camera) if self.stream.camera else 'none',
+            **{f'{name.replace("_", " ")} (total)': str(totals[name])
+               for name in ('windows', 'estimates', 'undetermined_windows', 'sparse_windows',
+                            'windows_without_camera', 'windows_without_gyro',
+                            'dropped_windows', 'failed_windows', 'bad_flow_messages',
+                            'flows_with_bad_times', 'bad_camera_infos', 'bad_imu_messages',
+                            'camera_changes', 'gaps', 'time_resets', 'imu_resets')},
+        }
+        status = DiagnosticStatus(level=level, name=f'{self.get_name()}: egomotion',
+                                  message=message,
+                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics_pub.publish(array)
+        if period['messages']:
+            self._throttled(
+                'info', f'{report["flows_per_s"] / 1e3:.0f} k flows/s in, '
+                f'{report["estimates_per_s"]:.1f} estimates/s, window compute p50 '
+                f'{report["compute_p50_ms"]:.1f} ms p99 {report["compute_p99_ms"]:.1f} ms, '
+                f'{message}', period_s=10.0)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def stop_worker(self, timeout_s: float = 5.0):
+        """Stop the IMU receive thread and the estimator thread (idempotent)."""
+        stop = getattr(self, '_stop', None)
+        if stop is not None:
+            stop.set()
+            receiver = self._imu_receiver
+            if receiver is not None and receiver.is_alive():
+                try:
+                    self._imu_wake.trigger()
+                except Exception:  # noqa: B902 - context already shut down: it sees that
+                    pass
+                receiver.join(timeout_s)
+        stream = getattr(self, 'stream', None)
+        if stream is not None:
+            stream.stop(timeout_s)
+
+    def destroy_node(self):
+        self.stop_worker()
+        wake = getattr(self, '_imu_wake', None)
+        if wake is not None:
+            wake.destroy()
+        return super().destroy_node()
+
+
+def main(args=None):
+    """Run the node until shutdown; return the exit status."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # As veckm_flow_node: Ctrl-C takes SIGTERM's path through rclpy's handler.
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = EgomotionNode()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
+        print(f'{EXECUTABLE}: error: {error}', file=sys.stderr)  # start-up: one line
+        return 1
+    except Exception:  # noqa: B902 - only to tell a stop during start-up from a failure
+        if rclpy.ok():
+            raise
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
