@@ -229,7 +229,7 @@ def main(argv=None):
                              'bias both models have on sparse neighbourhoods)')
     parser.add_argument('--min-validity', type=float, default=None,
                         help='validity filter: drop flows whose estimator validity is below '
-                             'this (0..1; needs FlowBlock.validity)')
+                             'this (0..1; the node publishes with 0.5, stream/parameters.py)')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
     if args.min_validity is not None and not 0 <= args.min_validity <= 1:

@@ -162,7 +162,8 @@ def main(argv=None):
                         default=[1e3 * warp_score.DEFAULT_WINDOW_S, 20.0],
                         help='warp score window lengths [ms]')
     parser.add_argument('--min-validity', type=float, default=None,
-                        help='score only flows with estimator validity >= this (0..1)')
+                        help='score only flows with estimator validity >= this (0..1; the '
+                             'node publishes with 0.5, stream/parameters.py)')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
