@@ -34,8 +34,8 @@ timing: the seconds the warp score alone takes on a synthetic 1-minute 640x480 s
 200k events/s (edges moving at 300 px/s with their exact flow), with the default cap of
 windows and with every window.
 
---min-validity V scores only the flows whose estimator validity (FlowBlock.validity, where the
-estimator reports one) is at least V; without a validity the script stops with a message.
+--min-validity V scores only the flows whose estimator validity (FlowBlock.validity) is at
+least V; plane fitting, which has no validity, keeps its own acceptance test.
 The published weights (CC BY-NC) are only read from --published-dir.
 """
 
@@ -87,7 +87,10 @@ def score_methods(methods, sequences, windows_ms, min_validity, extra_flows=None
     for name, sequence in sequences.items():
         flows = dict((extra_flows or {}).get(name, {}))
         for method, predictions in report.predictions.items():
-            flows[method] = evaluate.valid_flow(predictions[name], min_validity)
+            # Plane fitting has no validity: its own acceptance test is its filter.
+            prediction = predictions[name]
+            flows[method] = evaluate.valid_flow(
+                prediction, None if prediction.validity is None else min_validity)
         if common_with in flows and common_for in flows:
             # Our flow on only the events plane fitting gives a flow to: the same events.
             subset = flows[common_for].copy()

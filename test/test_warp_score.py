@@ -197,3 +197,18 @@ def test_evaluate_cli_names_a_bag_without_events(tmp_path, capsys):
         pass
     assert cli.main(['evaluate', str(tmp_path / 'empty')]) != 0
     assert 'holds no event messages' in capsys.readouterr().err
+
+
+def test_evaluate_cli_min_validity_scores_fewer_flows(model_args, capsys):
+    bag = str(DATA / 'demo_scene.mcap')
+
+    def model_row(extra):
+        assert cli.main(['evaluate', bag, '--duration', '0.15'] + extra + model_args) == 0
+        out = capsys.readouterr().out
+        return next(line.split() for line in out.splitlines()
+                    if line.startswith('demo_scene ') and 'VecKM' in line)
+    every, filtered = model_row([]), model_row(['--min-validity', '0.9'])
+    # The same windows, fewer events with a flow (the last column).
+    assert 0 < int(filtered[-1]) < int(every[-1])
+    assert cli.main(['evaluate', bag, '--min-validity', '1.5']) == 1
+    assert '--min-validity must be in [0, 1], got 1.5' in capsys.readouterr().err

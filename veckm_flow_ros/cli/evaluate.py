@@ -69,6 +69,10 @@ def register(subparsers):
     parser.add_argument('--confidence', action='store_true',
                         help='also compute the confidence and print metrics of the most '
                              'confident flows')
+    parser.add_argument('--min-validity', type=float, default=0.0,
+                        help='score only the flows of validity at least this, as the node '
+                             'publishes them (0..1; 0 keeps every flow; the node uses 0.5, '
+                             'docs/validity.md)')
     parser.add_argument('--warp-score', action='store_true',
                         help='print the warp score table also when every SEQ has ground truth '
                              '(it then has a row for the ground-truth flow)')
@@ -99,6 +103,8 @@ def run(args) -> int:
         raise ValueError(f'--block-ms must be > 0, got {args.block_ms}')
     if not args.warp_window_ms > 0:
         raise ValueError(f'--warp-window-ms must be > 0, got {args.warp_window_ms}')
+    if not 0.0 <= args.min_validity <= 1.0:
+        raise ValueError(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if args.warp_min_events < 1:
         raise ValueError(f'--warp-min-events must be >= 1, got {args.warp_min_events}')
     model = load_model(args.model)
@@ -112,13 +118,15 @@ def run(args) -> int:
     model_name = f'VecKM {model.name}'
     methods = {model_name: evaluate.model_method(model, block_s=args.block_ms * 1e-3,
                                                  with_confidence=args.confidence,
-                                                 device=args.device)}
+                                                 device=args.device,
+                                                 min_validity=args.min_validity)}
     for other in others:
         name = f'VecKM {other.name}'
         while name in methods:
             name += '+'
         methods[name] = evaluate.model_method(
-            other, block_s=args.block_ms * 1e-3, device=args.device)
+            other, block_s=args.block_ms * 1e-3, device=args.device,
+            min_validity=args.min_validity)
     for baseline in dict.fromkeys(args.baseline):
         methods[BASELINES[baseline]] = evaluate.planefit_method()
     report = evaluate.evaluate(methods, sequences)

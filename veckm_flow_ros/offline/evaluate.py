@@ -60,16 +60,18 @@ Method = Callable[[SimulatedSequence], Prediction]
 
 
 def model_method(model, block_s: float = 0.005, with_confidence: bool = False,
-                 num_rotations: int = 4, device: str = 'cpu', mean_flow: bool = False) -> Method:
+                 num_rotations: int = 4, device: str = 'cpu', mean_flow: bool = False,
+                 min_validity: float = 0.0) -> Method:
     """
     Return a method that runs `model` through NormalFlowEstimator on all events.
 
     mean_flow: the flow is the mean of the rotation ensemble (confidence.py) instead of the
-    plain prediction (4 encodings per target; the confidence comes with it).
+    plain prediction (4 encodings per target; the confidence comes with it). min_validity:
+    the estimator leaves out flows of lower validity (0 keeps every flow; the node uses 0.5).
     """
     def run(sequence: SimulatedSequence) -> Prediction:
         return predict_with_estimator(model, sequence, block_s, with_confidence, num_rotations,
-                                      device, mean_flow)
+                                      device, mean_flow, min_validity)
     return run
 
 
@@ -85,12 +87,14 @@ def planefit_method(**params) -> Method:
 
 def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 0.005,
                            with_confidence: bool = False, num_rotations: int = 4,
-                           device: str = 'cpu', mean_flow: bool = False) -> Prediction:
+                           device: str = 'cpu', mean_flow: bool = False,
+                           min_validity: float = 0.0) -> Prediction:
     """
     Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator.
 
     mean_flow: the flow is the rotation-ensemble mean (NormalFlowEstimator rotation_mean);
-    blocks and context are unchanged.
+    blocks and context are unchanged. min_validity: the estimator's filter (flows below it
+    are NaN, as where no flow was computed).
     """
     from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     if (with_confidence or mean_flow) and num_rotations != 4:
@@ -98,7 +102,7 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
                          f'{num_rotations}')
     estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
                                     block_s=block_s, confidence=with_confidence,
-                                    rotation_mean=mean_flow)
+                                    rotation_mean=mean_flow, min_validity=min_validity)
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
@@ -342,7 +346,8 @@ def warp_scores(report: Report, sequences: Dict[str, SimulatedSequence],
 
     Returns {method: {sequence: WarpScore.summary()}}; with_ground_truth adds the method
     'ground truth' for the sequences that have it (its scores show what the sequence allows);
-    min_validity: see valid_flow; params go to warp_score.warp_score.
+    min_validity: see valid_flow (methods without a validity, such as plane fitting, keep
+    all their flows); params go to warp_score.warp_score.
     """
     from veckm_flow_ros.offline import warp_score
     result = {}
@@ -357,8 +362,12 @@ def warp_scores(report: Report, sequences: Dict[str, SimulatedSequence],
         if rows:
             result['ground truth'] = rows
     for method, predictions in report.predictions.items():
-        result[method] = {name: score(valid_flow(predictions[name], min_validity), sequence)
-                          for name, sequence in sequences.items() if name in predictions}
+        result[method] = {}
+        for name, sequence in sequences.items():
+            if name in predictions:
+                prediction = predictions[name]
+                threshold = None if prediction.validity is None else min_validity
+                result[method][name] = score(valid_flow(prediction, threshold), sequence)
     return result
 
 
