@@ -26,13 +26,13 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.descriptions import ParameterValue
 
-from veckm_flow_ros.ros.launch_arguments import declare_arguments, PACKAGE
+from veckm_flow_ros.ros.launch_arguments import declare_arguments, fastdds_profile_env, PACKAGE
 
 
 def generate_launch_description():
     """Declare the arguments and the node."""
     arguments = declare_arguments('events_topic', 'params_file', 'use_sim_time', 'node_name',
-                                  'log_level')
+                                  'log_level', 'node_fastdds_profile')
     node = Node(
         package=PACKAGE,
         executable='veckm_flow_node',
@@ -45,5 +45,6 @@ def generate_launch_description():
         ],
         remappings=[('~/events', LaunchConfiguration('events_topic'))],
         arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
+        additional_env=fastdds_profile_env(LaunchConfiguration('node_fastdds_profile')),
     )
     return LaunchDescription(arguments + [node])

@@ -35,7 +35,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH_DIR = REPO_ROOT / 'launch'
 EXPECTED_ARGUMENTS = {
     'veckm_flow.launch.py': {'events_topic', 'params_file', 'use_sim_time', 'node_name',
-                             'log_level'},
+                             'log_level', 'node_fastdds_profile'},
     'veckm_flow_metavision.launch.py': {'camera_name', 'serial', 'bias_file', 'params_file',
                                         'driver_fastdds_profile'},
     'veckm_flow_libcaer.launch.py': {'camera_name', 'device_type', 'serial', 'params_file',

@@ -186,9 +186,10 @@ _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3,
 class _Window:
     """The usable flows of one window in normalized form (see the module doc)."""
 
-    def __init__(self, a, g, m, weight, cell, num_cells, region):
+    def __init__(self, a, g, m, weight, validity, cell, num_cells, region):
         self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
-        self.weight = weight                      # (N,) input weight (validity)
+        self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
+        self.validity = validity                  # (N,) input weight alone
         self.robust = np.ones_like(m)             # (N,) Huber weights
         self.cell = cell                          # (N,) depth cell index
         self.num_cells = num_cells
@@ -309,6 +310,7 @@ class EgomotionEstimator:
         index = np.flatnonzero(keep)
         if len(index) == 0:
             return None
+        validity = w
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
@@ -325,7 +327,7 @@ class EgomotionEstimator:
         if not ok.all():
             nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
             xi, yi = xi[ok], yi[ok]
-        w = w[index][ok]
+        w, validity = w[index][ok], validity[index][ok]
         a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
         g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
                       nx * py - ny * px], axis=1)
@@ -338,7 +340,8 @@ class EgomotionEstimator:
         rows_ttc, cols_ttc = config.ttc_grid
         region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
             (xi[used] * cols_ttc) // self.camera.width)
-        return _Window(a[used], g[used], m[used], w[used], cell, len(cell_ids), region)
+        return _Window(a[used], g[used], m[used], w[used], validity[used], cell, len(cell_ids),
+                       region)
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
@@ -483,7 +486,9 @@ class EgomotionEstimator:
         r = window.m - window.g @ omega
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
         # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth).
-        w = np.abs(b) * window.weight * window.robust
+        # Validity, not the fit's 1 / (|flow| + floor): that would favour the flows measured
+        # too small and bias the median towards long times.
+        w = np.abs(b) * window.validity * window.robust
         ok = w > 1e-12
         inverse = r[ok] * direction[2] / b[ok]
         region, w = window.region[ok], w[ok]

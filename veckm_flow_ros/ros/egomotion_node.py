@@ -66,7 +66,6 @@ thread ~/imu.
 """
 
 import math
-import signal
 import sys
 import threading
 import time
@@ -74,8 +73,6 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PointStamped, TwistStamped
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -86,6 +83,7 @@ from veckm_flow_ros.core.camera import CameraModel
 from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
 from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns, stamp_to_ns
+from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.egomotion_stream import EgomotionStream, read_flow_cloud
@@ -393,30 +391,7 @@ class EgomotionNode(Node):
 
 def main(args=None):
     """Run the node until shutdown; return the exit status."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        # As veckm_flow_node: Ctrl-C takes SIGTERM's path through rclpy's handler.
-        signal.signal(signal.SIGINT, lambda signum, frame: None)
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = EgomotionNode()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
-        print(f'{EXECUTABLE}: error: {error}', file=sys.stderr)  # start-up: one line
-        return 1
-    except Exception:  # noqa: B902 - only to tell a stop during start-up from a failure
-        if rclpy.ok():
-            raise
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(EgomotionNode, EXECUTABLE, args)
 
 
 if __name__ == '__main__':

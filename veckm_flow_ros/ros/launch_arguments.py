@@ -58,6 +58,10 @@ ARGUMENTS = {
     'bias_file': Argument('Metavision bias file; empty = the camera defaults.', ''),
     'driver_fastdds_profile': Argument(_FASTDDS_PROFILE.format('driver process'),
                                        share_default=('config', 'fastdds_event_driver.xml')),
+    'node_fastdds_profile': Argument(
+        'Fast DDS XML profile of the flow node process (default: a 16 MiB shared-memory '
+        'segment: at ~1 M flows/s one ~/flow message outgrows the default 512 KiB segment); '
+        'empty = Fast DDS defaults.', share_default=('config', 'fastdds_event_driver.xml')),
     'bag': Argument('Path of the bag (directory with metadata.yaml, or a file).'),
     'rate': Argument('Playback speed factor (1.0 = real time).', '1.0'),
     'loop': Argument('Replay the bag in a loop (the node resets on the time jump).', 'false'),

@@ -45,7 +45,6 @@ image and diagnostics timers and the parameter services.
 """
 
 import collections
-import signal
 import sys
 import threading
 import time
@@ -54,8 +53,6 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from event_camera_msgs.msg import EventPacket
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -66,6 +63,7 @@ from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
 from veckm_flow_ros.ros.messages import image_message, parameter_descriptor as _descriptor
 from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
+from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.stream.frontend import InputPacket
 from veckm_flow_ros.stream.parameters import PARAMETERS
 from veckm_flow_ros.stream.pipeline import (ConfigurationError,  # noqa: F401 - raised here
@@ -341,36 +339,7 @@ class VecKMFlowNode(Node):
 
 def main(args=None):
     """Run the node until shutdown; return the exit status (veckm_flow_ros.ros.main wraps it)."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        # Ctrl-C takes SIGTERM's path: rclpy's handler (chained before this no-op) shuts the
-        # context down and the executor returns, instead of a KeyboardInterrupt landing at any
-        # bytecode (inside rclpy's executor it leaves half-built Tasks behind).
-        signal.signal(signal.SIGINT, lambda signum, frame: None)
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = VecKMFlowNode()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass  # Ctrl-C / SIGTERM, also while the model loads: a normal stop
-    except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
-        # Start-up problems (parameters, model): one line, no traceback.
-        print(f'{EXECUTABLE}: error: {error}', file=sys.stderr)
-        return 1
-    except Exception:  # noqa: B902 - only to tell a stop during start-up from a failure
-        if rclpy.ok():
-            raise
-        # Ctrl-C / SIGTERM while the model loaded: rclpy's signal handler shut the context
-        # down, so creating the publishers failed (RCLError 'context is invalid'): a normal
-        # stop.
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(VecKMFlowNode, EXECUTABLE, args)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,59 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The process around a node: start, spin until shutdown, report start-up errors in one line."""
+
+import signal
+import sys
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+
+def run_node(make_node, executable: str, args=None) -> int:
+    """
+    Build the node with make_node(), spin it until Ctrl-C / SIGTERM; return the exit status.
+
+    Start-up problems (a parameter out of range, a missing model) print one line
+    `<executable>: error: ...` and return 1, without a traceback.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # Ctrl-C takes SIGTERM's path: rclpy's handler (chained before this no-op) shuts the
+        # context down and the executor returns, instead of a KeyboardInterrupt landing at any
+        # bytecode (inside rclpy's executor it leaves half-built Tasks behind).
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = make_node()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass  # Ctrl-C / SIGTERM, also while the node starts: a normal stop
+    except (ValueError, FileNotFoundError, rclpy.exceptions.ParameterException) as error:
+        print(f'{executable}: error: {error}', file=sys.stderr)
+        return 1
+    except Exception:  # noqa: B902 - only to tell a stop during start-up from a failure
+        if rclpy.ok():
+            raise
+        # Ctrl-C / SIGTERM during start-up (e.g. while the model loads): rclpy's signal
+        # handler shut the context down, so creating the publishers failed (RCLError
+        # 'context is invalid'): a normal stop.
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
