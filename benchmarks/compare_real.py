@@ -31,6 +31,11 @@ Agreement map: per pixel, the mean cosine between the two flows of its events, g
 direction, yellow = perpendicular, red = opposite; black = no event. The pictures are made
 from data that is not ours: write them outside the repository (default out/, git-ignored).
 The published weights (CC BY-NC) are only read from --published.
+
+Each row also carries both models' warp score (offline/warp_score.py; median contrast ratio at
+s = 1 and the best flow scale). --min-validity V applies the validity filter: flows whose
+estimator validity (FlowBlock.validity) is below V are dropped from the agreement, the warp
+score and the pictures (black); it needs an estimator that reports a validity.
 """
 
 import argparse
@@ -45,7 +50,7 @@ import torch
 
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning.simulate import SimulatedSequence
-from veckm_flow_ros.offline import evaluate, visualize
+from veckm_flow_ros.offline import evaluate, visualize, warp_score
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / 'shared' / 'data'
@@ -130,7 +135,9 @@ def window_panel(events, width, height, ours, theirs, cosine, labels, zoom):
             x, y, flow[:, 0], flow[:, 1], width, height, max_speed, zoom=zoom)))
         row2.append((f'{label}: arrows on events', visualize.render_arrow_image(
             x, y, p, x, y, flow[:, 0], flow[:, 1], width, height, max_speed, zoom=zoom)))
-    agree = np.nanmean(cosine > 0) if np.isfinite(cosine).any() else float('nan')
+    # Over the events both models give a flow to (NaN > 0 would count as disagreement).
+    finite = np.isfinite(cosine)
+    agree = np.mean(cosine[finite] > 0) if finite.any() else float('nan')
     row1.append((f'agreement (green same, red opposite): {100 * agree:.1f} % same half-plane',
                  agreement_image(x, y, cosine, width, height, zoom)))
     row2.append(('direction difference', difference_histogram(
@@ -140,7 +147,8 @@ def window_panel(events, width, height, ours, theirs, cosine, labels, zoom):
 
 
 def compare_recording(path, ours, published, max_events, windows, window_events, out_dir,
-                      ours_label, published_label, mean_flow=False, published_mean_flow=False):
+                      ours_label, published_label, mean_flow=False, published_mean_flow=False,
+                      min_validity=None):
     """Run both models on one recording; write the window PNGs; return the agreement row."""
     events, width, height = evaluate.decode_recording(path, max_events)
     if not len(events):
@@ -148,9 +156,11 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
     sequence = SimulatedSequence(events, np.full((len(events), 2), np.nan, np.float32),
                                  np.zeros(len(events), bool), width, height)
     start = time.process_time()
-    mine = evaluate.predict_with_estimator(ours, sequence, mean_flow=mean_flow).flow_px_s
-    theirs = evaluate.predict_with_estimator(published, sequence,
-                                             mean_flow=published_mean_flow).flow_px_s
+    mine = evaluate.valid_flow(evaluate.predict_with_estimator(ours, sequence,
+                                                               mean_flow=mean_flow),
+                               min_validity)
+    theirs = evaluate.valid_flow(evaluate.predict_with_estimator(
+        published, sequence, mean_flow=published_mean_flow), min_validity)
     cpu_s = time.process_time() - start
     cosine, scored = cosine_between(mine, theirs)
     with np.errstate(divide='ignore', invalid='ignore'):
@@ -167,7 +177,14 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
                'share': float(dense.mean()),
                'agree_half_plane': float(np.mean(cosine[dense] > 0)) if dense.any()
                else float('nan')},
-           'cpu_s_both_models': round(cpu_s, 1), 'pictures': []}
+           'cpu_s_both_models': round(cpu_s, 1), 'min_validity': min_validity,
+           'kept_share': {'ours': float(np.isfinite(mine).all(axis=1).mean()),
+                          'published': float(np.isfinite(theirs).all(axis=1).mean())},
+           'warp_score': {
+               label: warp_score.warp_score(events.t_ns, events.x, events.y, flow, width,
+                                            height).summary()
+               for label, flow in (('ours', mine), ('published', theirs))},
+           'pictures': []}
     zoom = 2 if width < 480 else 1
     n = len(events)
     for k in range(windows):
@@ -210,8 +227,13 @@ def main(argv=None):
     parser.add_argument('--published-mean-flow', action='store_true',
                         help='the published flow = its rotation-ensemble mean too (removes the '
                              'bias both models have on sparse neighbourhoods)')
+    parser.add_argument('--min-validity', type=float, default=None,
+                        help='validity filter: drop flows whose estimator validity is below '
+                             'this (0..1; the node publishes with 0.5, stream/parameters.py)')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
+    if args.min_validity is not None and not 0 <= args.min_validity <= 1:
+        parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if args.threads:
         torch.set_num_threads(args.threads)
     ours = load_model(args.model)
@@ -233,12 +255,15 @@ def main(argv=None):
     published_label = f'published {published_dir.name}'
     if args.published_mean_flow:
         published_label += ' (rotation mean)'
+    if args.min_validity is not None:
+        ours_label += f' (validity >= {args.min_validity:g})'
+        published_label += f' (validity >= {args.min_validity:g})'
     args.out.mkdir(parents=True, exist_ok=True)
     rows = {}
     for path in sorted(p for p in args.recordings.iterdir() if p.is_dir()):
         row = compare_recording(path, ours, published, args.max_events, args.windows,
                                 args.window_events, args.out, ours_label, published_label,
-                                args.mean_flow, args.published_mean_flow)
+                                args.mean_flow, args.published_mean_flow, args.min_validity)
         if row is None:
             _log(f'{path.name}: no CD events')
             continue
@@ -248,10 +273,17 @@ def main(argv=None):
              f'{100 * row["agree_45deg"]:6.2f}%  speed ratio {row["median_speed_ratio"]:.2f}  '
              f'>= 10 context ({100 * row["context_at_least_10"]["share"]:.1f}% of events): '
              f'{100 * row["context_at_least_10"]["agree_half_plane"]:6.2f}%')
+        warp = row['warp_score']
+        _log(f'  warp score (s = 1 / best s, {warp["ours"]["windows"]} windows): ours '
+             f'{warp["ours"]["score"]:.3f} / {warp["ours"]["best_s"]:.2f}, published '
+             f'{warp["published"]["score"]:.3f} / {warp["published"]["best_s"]:.2f}; flows '
+             f'kept {100 * row["kept_share"]["ours"]:.1f} % / '
+             f'{100 * row["kept_share"]["published"]:.1f} %')
         for picture in row['pictures']:
             _log(f'  {picture}')
     (args.out / 'agreement.json').write_text(json.dumps(
-        {'model': ours_label, 'published': published_label, 'recordings': rows}, indent=1))
+        {'model': ours_label, 'published': published_label, 'min_validity': args.min_validity,
+         'recordings': rows}, indent=1))
     _log(f'wrote {args.out / "agreement.json"}')
     return 0
 

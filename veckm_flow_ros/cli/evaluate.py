@@ -20,6 +20,10 @@ veckm_flow_ros/sequences.py). The model runs through NormalFlowEstimator (the co
 node and of replay); scoring, the baseline and the plot come from veckm_flow_ros/evaluate.py
 and metrics.py: %Pos, PEE in px/s, relative PEE and coverage, per sequence, pooled over all
 events and averaged over sequences.
+
+Recorded bags (no ground truth) are accepted too: they get the warp score of
+offline/warp_score.py (contrast of the events warped along their flows), printed for every
+sequence when any SEQ is a bag or with --warp-score.
 """
 
 import pathlib
@@ -27,22 +31,33 @@ import pathlib
 from veckm_flow_ros.cli import HelpFormatter
 
 BASELINES = {'planefit': 'plane fit'}
+# The warp score's defaults, repeated here so that --help needs no numpy import.
+DEFAULT_WINDOW_S = 0.050
+DEFAULT_MIN_EVENTS = 1000
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
-        'evaluate', help='score the model (and baselines) on sequences with ground truth',
+        'evaluate', help='score the model (and baselines) on sequences or recorded bags',
         description='Score per-event normal flow against ground-truth optical flow on '
                     'simulator .npz sequences or EVIMO2-style .npy directories: %Pos, PEE '
-                    '(px/s), relative PEE and coverage, per sequence and overall.',
+                    '(px/s), relative PEE and coverage, per sequence and overall. Recorded '
+                    'bags have no ground truth; they get the warp score: the contrast of '
+                    'short windows of events warped along their flows to a common time, over '
+                    'the contrast of the unwarped events (> 1: the flows explain the motion), '
+                    'for flows scaled by s (best s != 1: a magnitude bias).',
         formatter_class=HelpFormatter)
     parser.add_argument('sequences', nargs='+', metavar='SEQ',
-                        help='simulator .npz file or EVIMO2-style directory; event times must '
+                        help='simulator .npz file, EVIMO2-style directory or ROS 2 bag (folder '
+                             'with metadata.yaml, or a .db3/.mcap file); event times must '
                              'be finite and sorted (unsorted times are refused, naming the '
                              'first out-of-order event, never sorted)')
     parser.add_argument('--model', default=None,
                         help='model: shipped name, .npz checkpoint or published folder '
                              '(default: the shipped default model)')
+    parser.add_argument('--compare-model', action='append', default=[], metavar='MODEL',
+                        help='also score this model (shipped name, checkpoint or a published '
+                             'VecKM_flow_cpp folder from a path of yours; repeatable)')
     parser.add_argument('--baseline', action='append', default=[], choices=sorted(BASELINES),
                         help='also score a baseline (repeatable)')
     parser.add_argument('--plot', default=None, metavar='OUT.png',
@@ -54,6 +69,17 @@ def register(subparsers):
     parser.add_argument('--confidence', action='store_true',
                         help='also compute the confidence and print metrics of the most '
                              'confident flows')
+    parser.add_argument('--min-validity', type=float, default=0.0,
+                        help='score only the flows of validity at least this, as the node '
+                             'publishes them (0..1; 0 keeps every flow; the node uses 0.5, '
+                             'docs/validity.md)')
+    parser.add_argument('--warp-score', action='store_true',
+                        help='print the warp score table also when every SEQ has ground truth '
+                             '(it then has a row for the ground-truth flow)')
+    parser.add_argument('--warp-window-ms', type=float, default=1e3 * DEFAULT_WINDOW_S,
+                        help='warp score window length [ms]')
+    parser.add_argument('--warp-min-events', type=int, default=DEFAULT_MIN_EVENTS,
+                        help='warp score: fewest events with a flow for a window to count')
     parser.set_defaults(func=run)
 
 
@@ -70,34 +96,60 @@ def first_seconds(sequence, duration_s):
 def run(args) -> int:
     from veckm_flow_ros.core.metrics import format_table
     from veckm_flow_ros.core.model import load_model
-    from veckm_flow_ros.offline import evaluate
-    from veckm_flow_ros.offline.sequences import load_sequence
+    from veckm_flow_ros.offline import evaluate, warp_score
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f'--duration must be > 0 seconds, got {args.duration}')
     if args.block_ms <= 0:
         raise ValueError(f'--block-ms must be > 0, got {args.block_ms}')
+    if not args.warp_window_ms > 0:
+        raise ValueError(f'--warp-window-ms must be > 0, got {args.warp_window_ms}')
+    if not 0.0 <= args.min_validity <= 1.0:
+        raise ValueError(f'--min-validity must be in [0, 1], got {args.min_validity}')
+    if args.warp_min_events < 1:
+        raise ValueError(f'--warp-min-events must be >= 1, got {args.warp_min_events}')
     model = load_model(args.model)
+    others = [load_model(path) for path in args.compare_model]
     sequences = {}
     for path, name in zip(args.sequences, _unique_names(args.sequences)):
-        sequences[name] = first_seconds(load_sequence(path), args.duration)
+        sequences[name] = first_seconds(evaluate.load_recording(path), args.duration)
         sequence = sequences[name]
-        print(f'{name}: {len(sequence):,} events, {sequence.width}x{sequence.height}')
+        truth = '' if evaluate.has_ground_truth(sequence) else ', no ground truth'
+        print(f'{name}: {len(sequence):,} events, {sequence.width}x{sequence.height}{truth}')
     model_name = f'VecKM {model.name}'
     methods = {model_name: evaluate.model_method(model, block_s=args.block_ms * 1e-3,
                                                  with_confidence=args.confidence,
-                                                 device=args.device)}
+                                                 device=args.device,
+                                                 min_validity=args.min_validity)}
+    for other in others:
+        name = f'VecKM {other.name}'
+        while name in methods:
+            name += '+'
+        methods[name] = evaluate.model_method(
+            other, block_s=args.block_ms * 1e-3, device=args.device,
+            min_validity=args.min_validity)
     for baseline in dict.fromkeys(args.baseline):
         methods[BASELINES[baseline]] = evaluate.planefit_method()
     report = evaluate.evaluate(methods, sequences)
-    print()
-    print(report.table(per_sequence=True))
-    if args.confidence:
+    if report.ground_truth:
+        print()
+        print(report.table(per_sequence=True))
+    if args.warp_score or len(report.ground_truth) < len(sequences):
+        scores = evaluate.warp_scores(report, sequences, window_s=args.warp_window_ms * 1e-3,
+                                      min_events=args.warp_min_events)
+        print()
+        print(f'warp score: contrast of {args.warp_window_ms:g} ms windows of events warped '
+              'along their flows, over the unwarped contrast (median over windows; > 1: the '
+              'flows explain the motion; best s: the flow scale with the highest score)')
+        print(warp_score.format_table(scores, recordings=list(sequences)))
+    if args.confidence and report.ground_truth:
         flow, confidence, gt = report.pooled(model_name)
         rows = {f'top {100 * row["keep"]:.0f}% (conf >= {row["min_confidence"]:.2f})': row
                 for row in evaluate.confidence_curve(flow, confidence, gt)}
         print()
         print(format_table(rows, title=f'{model_name}: most confident flows'))
-    if args.plot:
+    if args.plot and not report.ground_truth:
+        print(f'\nno plot: {args.plot} needs a sequence with ground truth')
+    elif args.plot:
         pathlib.Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         evaluate.plot_error_vs_speed(report, args.plot)
         print(f'\nwrote {args.plot}')
@@ -108,7 +160,7 @@ def _unique_names(paths):
     names = []
     for path in paths:
         path = pathlib.Path(path)
-        name = path.stem if path.suffix == '.npz' else path.name
+        name = path.stem if path.suffix in ('.npz', '.db3', '.mcap') else path.name
         while name in names:
             name = f'{name}+'
         names.append(name)

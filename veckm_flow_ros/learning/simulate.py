@@ -658,6 +658,41 @@ def _crossings(level_prev, level_cur, reference, threshold_on, threshold_off, la
     return t_s, fired[owner_of], is_on[owner_of]
 
 
+def normal_flow_px_s(scene, sequence, step_s=1e-3, blur_sigma_px=1.0):
+    """
+    Ground-truth normal flow (N, 2) float32 [px/s]: the optical flow along the image gradient.
+
+    The log intensity is rendered at the centre of every step_s slice of the sequence and
+    smoothed by a Gaussian of blur_sigma_px; each event's ground-truth flow u is projected on
+    the gradient g at its pixel in its slice: n = (g . u) g / |g|^2. NaN where u is NaN (noise)
+    or the gradient vanishes.
+    """
+    events = sequence.events
+    flow = np.full((len(events), 2), np.nan, np.float32)
+    if not len(events):
+        return flow
+    ys, xs = np.mgrid[0:scene.height, 0:scene.width].astype(np.float32)
+    step_ns = max(int(round(step_s * 1e9)), 1)
+    slot = events.t_ns // step_ns  # sorted, so each slot is one run of events
+    values, first = np.unique(slot, return_index=True)
+    for value, lo, hi in zip(values, first, np.append(first[1:], len(slot))):
+        members = np.arange(lo, hi)
+        image, _ = scene.render((value + 0.5) * step_ns * 1e-9, xs, ys)
+        if blur_sigma_px > 0:
+            image = cv2.GaussianBlur(image, (0, 0), blur_sigma_px)
+        gx = cv2.Sobel(image, cv2.CV_32F, 1, 0, ksize=3) / 8.0
+        gy = cv2.Sobel(image, cv2.CV_32F, 0, 1, ksize=3) / 8.0
+        px, py = events.x[members].astype(np.int64), events.y[members].astype(np.int64)
+        g = np.stack([gx[py, px], gy[py, px]], 1).astype(np.float64)
+        u = sequence.flow_px_s[members].astype(np.float64)
+        norm_sq = np.sum(g * g, axis=1)
+        with np.errstate(invalid='ignore', divide='ignore'):
+            along = np.sum(g * u, axis=1) / norm_sq
+        along[norm_sq < 1e-12] = np.nan
+        flow[members] = along[:, None] * g
+    return flow
+
+
 # --------------------------------------------------------------------------------------------
 # Files
 

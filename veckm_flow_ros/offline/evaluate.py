@@ -21,12 +21,16 @@ Evaluate normal-flow methods on sequences with ground truth (library for `veckm-
     print(report.table())
     plot_error_vs_speed(report, 'speed.png')
     confidence_curve(report.predictions['ours'], ...)
+    print(warp_score.format_table(warp_scores(report, sequences)))   # no ground truth needed
 
 A method is a callable sequence -> Prediction (flow (N, 2) px/s, NaN where none; optional
-confidence (N,)). Models run through NormalFlowEstimator, the same code path as the node.
+confidence (N,) and validity (N,)). Models run through NormalFlowEstimator, the same code path
+as the node. Recorded bags (load_recording) enter as sequences without ground truth: they get
+predictions and warp scores, but no accuracy rows.
 """
 
 from dataclasses import dataclass, field
+import pathlib
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -40,26 +44,34 @@ HELDOUT_SEED = 900_000
 
 @dataclass
 class Prediction:
-    """flow_px_s float32 (N, 2), NaN where the method gave no flow; confidence (N,) or None."""
+    """
+    flow_px_s float32 (N, 2), NaN where the method gave no flow; confidence (N,) or None.
+
+    validity float32 (N,) in [0, 1] or None: the estimator's per-flow validity where its
+    FlowBlock reports one (0 where the method gave no flow).
+    """
 
     flow_px_s: np.ndarray
     confidence: Optional[np.ndarray] = None
+    validity: Optional[np.ndarray] = None
 
 
 Method = Callable[[SimulatedSequence], Prediction]
 
 
 def model_method(model, block_s: float = 0.005, with_confidence: bool = False,
-                 num_rotations: int = 4, device: str = 'cpu', mean_flow: bool = False) -> Method:
+                 num_rotations: int = 4, device: str = 'cpu', mean_flow: bool = False,
+                 min_validity: float = 0.0) -> Method:
     """
     Return a method that runs `model` through NormalFlowEstimator on all events.
 
     mean_flow: the flow is the mean of the rotation ensemble (confidence.py) instead of the
-    plain prediction (4 encodings per target; the confidence comes with it).
+    plain prediction (4 encodings per target; the confidence comes with it). min_validity:
+    the estimator leaves out flows of lower validity (0 keeps every flow; the node uses 0.5).
     """
     def run(sequence: SimulatedSequence) -> Prediction:
         return predict_with_estimator(model, sequence, block_s, with_confidence, num_rotations,
-                                      device, mean_flow)
+                                      device, mean_flow, min_validity)
     return run
 
 
@@ -75,12 +87,14 @@ def planefit_method(**params) -> Method:
 
 def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 0.005,
                            with_confidence: bool = False, num_rotations: int = 4,
-                           device: str = 'cpu', mean_flow: bool = False) -> Prediction:
+                           device: str = 'cpu', mean_flow: bool = False,
+                           min_validity: float = 0.0) -> Prediction:
     """
     Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator.
 
     mean_flow: the flow is the rotation-ensemble mean (NormalFlowEstimator rotation_mean);
-    blocks and context are unchanged.
+    blocks and context are unchanged. min_validity: the estimator's filter (flows below it
+    are NaN, as where no flow was computed).
     """
     from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     if (with_confidence or mean_flow) and num_rotations != 4:
@@ -88,7 +102,7 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
                          f'{num_rotations}')
     estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
                                     block_s=block_s, confidence=with_confidence,
-                                    rotation_mean=mean_flow)
+                                    rotation_mean=mean_flow, min_validity=min_validity)
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
@@ -100,7 +114,11 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
     if block.confidence is not None:
         confidence = np.zeros(n, np.float32)
         confidence[index] = block.confidence
-    return Prediction(flow, confidence)
+    validity = None
+    if getattr(block, 'validity', None) is not None:
+        validity = np.zeros(n, np.float32)
+        validity[index] = block.validity
+    return Prediction(flow, confidence, validity)
 
 
 def decode_recording(path, max_events: Optional[int] = None):
@@ -124,9 +142,58 @@ def decode_recording(path, max_events: Optional[int] = None):
                 total += len(result.events)
             if max_events is not None and total >= max_events:
                 break
+    if size is None:
+        raise ValueError(f'bag {path} holds no event messages (EventPacket); nothing to '
+                         'decode')
     events = EventArray.concatenate(parts)[:max_events]
     order = np.argsort(events.t_ns, kind='stable')
     return events[order], size[0], size[1]
+
+
+def is_bag(path) -> bool:
+    """Whether `path` looks like a ROS 2 bag: a folder with metadata.yaml or a .db3/.mcap."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        return (path / 'metadata.yaml').is_file()
+    return path.suffix in ('.db3', '.mcap')
+
+
+def load_recording(path, max_events: Optional[int] = None) -> SimulatedSequence:
+    """
+    Load a bag (see is_bag) or a ground-truth sequence (sequences.load_sequence).
+
+    A bag is decoded by decode_recording and has no ground truth: flow_px_s is all NaN and
+    description['layout'] is 'bag'.
+    """
+    from veckm_flow_ros.offline.sequences import load_sequence
+    if not is_bag(path):
+        return load_sequence(path)
+    events, width, height = decode_recording(path, max_events)
+    n = len(events)
+    return SimulatedSequence(events, np.full((n, 2), np.nan, np.float32), np.zeros(n, bool),
+                             width, height, {'source': str(path), 'layout': 'bag'})
+
+
+def has_ground_truth(sequence: SimulatedSequence) -> bool:
+    """Whether any event of the sequence carries a finite ground-truth flow."""
+    return bool(np.isfinite(sequence.flow_px_s).all(axis=1).any())
+
+
+def valid_flow(prediction: Prediction, min_validity: Optional[float] = None) -> np.ndarray:
+    """
+    Return the prediction's flow (N, 2), NaN where its validity is below min_validity.
+
+    min_validity None keeps every flow; a number needs a prediction with validity (an
+    estimator whose FlowBlock reports it) and raises ValueError otherwise.
+    """
+    if min_validity is None:
+        return prediction.flow_px_s
+    if prediction.validity is None:
+        raise ValueError(f'min_validity {min_validity} asks for a validity filter, but the '
+                         'estimator reports no per-flow validity (FlowBlock.validity)')
+    flow = prediction.flow_px_s.copy()
+    flow[prediction.validity < min_validity] = np.nan
+    return flow
 
 
 def context_counts(events, width, height, pixel_radius, tau_s, block_s=0.005):
@@ -235,7 +302,7 @@ class Report:
         return '\n'.join(text)
 
     def pooled(self, method: str):
-        """Concatenated (flow (N, 2), confidence (N,) or None, ground truth (N, 2))."""
+        """Concatenated (flow, confidence or None, ground truth) of the sequences with truth."""
         names = list(self.ground_truth)
         flow = np.concatenate([self.predictions[method][n].flow_px_s for n in names])
         gt = np.concatenate([self.ground_truth[n] for n in names])
@@ -246,13 +313,22 @@ class Report:
 
 def evaluate(methods: Dict[str, Method], sequences: Dict[str, SimulatedSequence],
              log: Optional[Callable[[str], None]] = None) -> Report:
-    """Run every method on every sequence and score it (noise events are not scored)."""
+    """
+    Run every method on every sequence and score it (noise events are not scored).
+
+    Sequences without any ground truth (bags) are run and kept in report.predictions but get
+    no accuracy row (score them with warp_scores).
+    """
     report = Report()
     for seq_name, sequence in sequences.items():
-        report.ground_truth[seq_name] = sequence.flow_px_s
+        scored = has_ground_truth(sequence)
+        if scored:
+            report.ground_truth[seq_name] = sequence.flow_px_s
         for method_name, method in methods.items():
             prediction = method(sequence)
             report.predictions.setdefault(method_name, {})[seq_name] = prediction
+            if not scored:
+                continue
             report.accumulators.setdefault(method_name, metrics.MetricsAccumulator()).add(
                 seq_name, prediction.flow_px_s, sequence.flow_px_s)
             if log is not None:
@@ -260,6 +336,39 @@ def evaluate(methods: Dict[str, Method], sequences: Dict[str, SimulatedSequence]
                 log(f'{seq_name:<28} {method_name:<18} %Pos {100 * row["pos"]:6.2f}  '
                     f'relPEE {100 * row["rel_pee"]:7.2f}%  cover {100 * row["coverage"]:6.2f}')
     return report
+
+
+def warp_scores(report: Report, sequences: Dict[str, SimulatedSequence],
+                with_ground_truth: bool = True, min_validity: Optional[float] = None,
+                **params) -> Dict[str, Dict[str, dict]]:
+    """
+    Warp score (offline/warp_score.py) of every method's flow on every sequence.
+
+    Returns {method: {sequence: WarpScore.summary()}}; with_ground_truth adds the method
+    'ground truth' for the sequences that have it (its scores show what the sequence allows);
+    min_validity: see valid_flow (methods without a validity, such as plane fitting, keep
+    all their flows); params go to warp_score.warp_score.
+    """
+    from veckm_flow_ros.offline import warp_score
+    result = {}
+
+    def score(flow, sequence):
+        events = sequence.events
+        return warp_score.warp_score(events.t_ns, events.x, events.y, flow, sequence.width,
+                                     sequence.height, **params).summary()
+    if with_ground_truth:
+        rows = {name: score(sequence.flow_px_s, sequence) for name, sequence in sequences.items()
+                if has_ground_truth(sequence)}
+        if rows:
+            result['ground truth'] = rows
+    for method, predictions in report.predictions.items():
+        result[method] = {}
+        for name, sequence in sequences.items():
+            if name in predictions:
+                prediction = predictions[name]
+                threshold = None if prediction.validity is None else min_validity
+                result[method][name] = score(valid_flow(prediction, threshold), sequence)
+    return result
 
 
 def confidence_curve(flow_px_s, confidence, gt_px_s,
