@@ -56,6 +56,9 @@ def register(subparsers):
                         help='fine-tune: start from this model (shipped name or .npz) instead '
                              'of random weights; it must have the same D, hidden size, '
                              'equivariance and frequencies (seed)')
+    parser.add_argument('--max-speed-px-s', type=float, default=None,
+                        help='override the highest typical scene speed (log-uniform from '
+                             '30 px/s; quick and full: 1500, full2: 3000)')
     parser.add_argument('--learning-rate', type=float, default=None,
                         help='override the peak learning rate (default 2e-3)')
     parser.add_argument('--threads', type=int, default=None,
@@ -105,6 +108,11 @@ def run(args):
         from veckm_flow_ros.core.model import load_model
         load_model(args.init_model)  # fails early, naming the value
         overrides['init_model'] = args.init_model
+    if args.max_speed_px_s is not None:
+        if not 30 <= args.max_speed_px_s <= 20000:
+            raise ValueError(f'--max-speed-px-s must be in [30, 20000] px/s, got '
+                             f'{args.max_speed_px_s}')
+        overrides['speed_max_px_s'] = args.max_speed_px_s
     if args.learning_rate is not None:
         if not 0 < args.learning_rate < 1:
             raise ValueError(f'--learning-rate must be in (0, 1), got {args.learning_rate}')
