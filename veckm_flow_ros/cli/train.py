@@ -35,8 +35,8 @@ def register(subparsers):
                              "2 tau, the node's automatic block")
     parser.add_argument('--recipe', choices=('quick', 'full', 'full2'), default='quick',
                         help='quick: minutes per model; full: more data and epochs, < 2 h CPU '
-                             '(the r8 model); full2: full plus dense fine texture, zoom with '
-                             'rotation and speeds up to 3000 px/s (the default model)')
+                             '(the shipped models); full2: full plus dense fine texture, zoom '
+                             'with rotation and speeds up to 3000 px/s (model card)')
     parser.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
     parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
     parser.add_argument('--num-sequences', type=int, default=None,
