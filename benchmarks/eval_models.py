@@ -20,7 +20,9 @@ Accuracy of the shipped models against the published weights and plane fitting.
 1. Held-out synthetic set (evaluate.heldout_sequences: textures and motions never used in
    training, DAVIS346 size): %Pos, PEE, relative PEE, coverage per method, pooled over events
    and averaged over sequences; the same on the events plane fitting covers; error vs speed
-   plot.
+   plot. With --sets dense (or both), also the dense/hard set (evaluate.dense_sequences: fine
+   band-limited noise at 100-700 events per pixel and second under fast translation, zoom-out
+   with rotation and affine motion, one 1280 x 720 scene; 1 Hz/px background noise).
 2. Confidence: metrics of the most confident fraction of the flows (rotation ensemble).
 3. Real recordings (../shared/data/recordings, no ground truth): share of events on which our
    flow and the published model's flow point into the same half-plane (n_ours . n_pub > 0)
@@ -115,6 +117,19 @@ def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False)
     return rows
 
 
+def _per_sequence_table(report):
+    """Per sequence, one column per method: '%Pos / relative PEE %' (Markdown)."""
+    methods = list(report.accumulators)
+    rows = {method: report.accumulators[method].per_sequence() for method in methods}
+    lines = ['| sequence | ' + ' | '.join(methods) + ' |',
+             '|---|' + '---|' * len(methods)]
+    for sequence in report.ground_truth:
+        cells = [f'{100 * rows[m][sequence]["pos"]:.1f} / '
+                 f'{100 * rows[m][sequence]["rel_pee"]:.0f} %' for m in methods]
+        lines.append(f'| {sequence} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--published', type=pathlib.Path,
@@ -129,6 +144,16 @@ def main(argv=None):
                         help='shipped model names or checkpoint paths (default: all shipped)')
     parser.add_argument('--all-published', action='store_true',
                         help='score every published model, not only the partners of --models')
+    parser.add_argument('--published-models', nargs='*', default=None, metavar='FOLDER',
+                        help='published folders to score (names under --published; default: '
+                             'the partners of --models)')
+    parser.add_argument('--sets', nargs='+', choices=('heldout', 'dense'),
+                        default=['heldout'],
+                        help='synthetic sets to score: heldout (default) and/or dense')
+    parser.add_argument('--dense-duration-s', type=float, default=0.08,
+                        help="duration of the dense set's 346 x 260 scenes (1280 x 720: half)")
+    parser.add_argument('--skip-real', action='store_true',
+                        help='skip the real recordings')
     parser.add_argument('--no-planefit', action='store_true', help='skip plane fitting')
     parser.add_argument('--skip-confidence', action='store_true',
                         help='skip the confidence curve')
@@ -152,15 +177,18 @@ def main(argv=None):
     partners = sorted(set(PAIRS.values())) if args.all_published else sorted(
         {PAIRS[model_pair_key(model)] for model in ours.values()
          if model_pair_key(model) in PAIRS})
+    if args.published_models is not None:
+        partners = args.published_models
+        missing = [name for name in partners if not (args.published / name).is_dir()]
+        if missing:
+            print(f'published model folder(s) {missing} not found in {args.published}',
+                  file=sys.stderr)
+            return 1
     published = {folder: load_model(args.published / folder) for folder in partners
                  if (args.published / folder).is_dir()}
     results = {}
 
     start = time.perf_counter()
-    sequences = evaluate.heldout_sequences(args.count, duration_s=args.duration_s)
-    _log(f'held-out set: {len(sequences)} sequences, '
-         f'{sum(len(s) for s in sequences.values())} events '
-         f'({time.perf_counter() - start:.0f} s to simulate)')
 
     def block_s(model):
         return args.block_ms * 1e-3 or automatic_block_s(model.tau_s)
@@ -173,8 +201,30 @@ def main(argv=None):
                     for name, model in published.items()})
     if not args.no_planefit:
         methods['plane fit'] = evaluate.planefit_method()
+    if 'dense' in args.sets:
+        dense = evaluate.dense_sequences(args.dense_duration_s, args.dense_duration_s / 2)
+        _log(f'dense set: {len(dense)} sequences, {sum(len(s) for s in dense.values())} '
+             f'events ({time.perf_counter() - start:.0f} s to simulate)')
+        dense_report = evaluate.evaluate(methods, dense, log=_log)
+        _log('\ndense set\n' + dense_report.table())
+        results['dense'] = {
+            'pooled': dense_report.overall(), 'sequence_mean': dense_report.sequence_mean(),
+            'per_sequence': {name: acc.per_sequence()
+                             for name, acc in dense_report.accumulators.items()}}
+        _log('\n' + _per_sequence_table(dense_report))
+        del dense, dense_report
+    if 'heldout' not in args.sets:
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / 'results.json').write_text(json.dumps(results, indent=1))
+        _log(f'total {time.perf_counter() - start:.0f} s')
+        return 0
+    sequences = evaluate.heldout_sequences(args.count, duration_s=args.duration_s)
+    _log(f'held-out set: {len(sequences)} sequences, '
+         f'{sum(len(s) for s in sequences.values())} events')
     report = evaluate.evaluate(methods, sequences, log=_log)
-    _log('\n' + report.table())
+    _log('\nheld-out set\n' + report.table())
+    _log('\n' + _per_sequence_table(report))
     results['heldout'] = {'pooled': report.overall(), 'sequence_mean': report.sequence_mean(),
                           'per_sequence': {name: acc.per_sequence()
                                            for name, acc in report.accumulators.items()}}
@@ -228,7 +278,7 @@ def main(argv=None):
                  f'  %Pos {100 * row["pos"]:6.2f}  relPEE {100 * row["rel_pee"]:6.2f}%  '
                  f'PEE {row["pee_px_s"]:7.2f} px/s')
 
-    if args.recordings.is_dir():
+    if args.recordings.is_dir() and not args.skip_real:
         results['real'] = {}
         variants = [(name, model, False) for name, model in ours.items()]
         if args.mean_flow:

@@ -104,6 +104,31 @@ def test_heldout_specs_avoid_training_combinations():
         assert spec['seed'] >= evaluate.HELDOUT_SEED
 
 
+def test_heldout_set_does_not_change_with_new_simulator_motions():
+    motions = [spec['motion'] for spec in evaluate.heldout_specs(12)]
+    assert 'spiral' in simulate.MOTIONS and 'spiral' not in motions
+    assert motions[10] == 'translation'
+
+
+def test_dense_set_is_dense_zooms_out_and_names_bad_requests():
+    name = 'zoomout-rotation-noise-1500'
+    sequence = evaluate.dense_sequences(0.02, names=[name])[name]
+    signal = ~sequence.is_noise
+    assert sequence.description['seed'] >= evaluate.DENSE_SEED
+    # Many events per pixel and second (1 Hz/px of it is background noise).
+    assert len(sequence) / (sequence.width * sequence.height * 0.02) > 50
+    assert 0 < sequence.is_noise.mean() < 0.05
+    # Zoom-out with rotation: the flow points inwards and turns about the centre.
+    x = sequence.events.x[signal].astype(np.float64)
+    y = sequence.events.y[signal].astype(np.float64)
+    u, v = sequence.flow_px_s[signal, 0], sequence.flow_px_s[signal, 1]
+    divergence = np.polyfit(x, u, 1)[0] + np.polyfit(y, v, 1)[0]
+    curl = np.polyfit(x, v, 1)[0] - np.polyfit(y, u, 1)[0]
+    assert divergence < 0 and abs(curl) > 0
+    with pytest.raises(ValueError, match='unknown dense sequence'):
+        evaluate.dense_sequences(0.02, names=['marble-9000'])
+
+
 def test_mean_flow_is_the_back_rotated_ensemble_mean(small_sequence):
     model = _random_model(seed=1)
     events = small_sequence.events

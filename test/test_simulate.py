@@ -164,6 +164,31 @@ def test_unknown_names_are_rejected():
         simulate.make_scene('wobble', 'noise', seed=0)
 
 
+def test_spiral_is_zoom_with_rotation_and_speed_range_is_checked():
+    scene = simulate.make_scene('spiral', 'fine', seed=4, width=80, height=60)
+    gradient = scene.layers[0].motion.gradient_per_s
+    # A similarity: equal diagonal (zoom rate), antisymmetric off-diagonal (rotation rate).
+    assert gradient[0, 0] == pytest.approx(gradient[1, 1])
+    assert gradient[0, 1] == pytest.approx(-gradient[1, 0])
+    assert np.abs(gradient).max() > 0
+    fast = simulate.make_scene('translation', 'noise', seed=4, speed_range_px_s=(2000, 3000))
+    assert 2000 <= fast.description['speed_px_s'] <= 3000
+    with pytest.raises(ValueError, match='speed_range_px_s'):
+        simulate.make_scene('translation', 'noise', seed=4, speed_range_px_s=(100, 10))
+
+
+def test_fine_texture_is_fine_grained_and_of_reduced_contrast():
+    rng = np.random.default_rng(0)
+    fine = simulate.make_texture('fine', 128, rng)
+    coarse = simulate.make_texture('noise', 128, rng)
+    assert 0 < np.abs(fine).max() <= 0.5
+    # Fine grain: neighbouring pixels are far less alike than in the coarse noise.
+
+    def neighbour_correlation(image):
+        return float(np.corrcoef(image[:, :-1].ravel(), image[:, 1:].ravel())[0, 1])
+    assert neighbour_correlation(fine) < neighbour_correlation(coarse) - 0.1
+
+
 def test_expm2_matches_series():
     for matrix in ([[0.3, -1.2], [0.7, 0.1]], [[0.5, 0.0], [0.0, 0.5]], [[0, -2], [2, 0]],
                    [[0.2, 1.0], [0.0, 0.2]]):

@@ -162,6 +162,39 @@ def test_equivariant_training_run_learns(tmp_path):
     assert model.equivariance == 'c4' and model.metadata['recipe']['equivariance'] == 'c4'
 
 
+def test_fine_tuning_starts_at_the_checkpoint(tmp_path):
+    recipe = dataclasses.replace(TINY, equivariance='c4', augmentations_per_block=1,
+                                 num_sequences=2, epochs=1)
+    train.train(recipe, tmp_path / 'first.npz', tmp_path / 'work', log=lambda message: None)
+    first = load_model(tmp_path / 'first.npz')
+    tuned = dataclasses.replace(recipe, init_model=str(tmp_path / 'first.npz'))
+    freq = train.recipe_frequencies(tuned)
+    features, flow, groups = train.build_feature_bank(tuned, freq, log=lambda message: None)
+    # Stopped before the first epoch: the MLP is exactly the checkpoint's.
+    mlp, _ = train.train_mlp(features, flow, groups, tuned, stop_after_epoch=0,
+                             log=lambda message: None)
+    for found, expected in zip(mlp.weights(), (first.w1, first.w2, first.w3)):
+        torch.testing.assert_close(found, expected.float(), atol=1e-6, rtol=1e-5)
+    # A checkpoint with other frequencies (another seed) is refused, naming it.
+    other = dataclasses.replace(tuned, seed=1)
+    with pytest.raises(ValueError, match='does not match the recipe'):
+        train.train_mlp(features, flow, groups, other, log=lambda message: None)
+
+
+def test_older_recipes_keep_their_cache_names(tmp_path):
+    # The fields added with 'full2' do not enter the names while at their defaults.
+    path = tmp_path / 'sequences'
+    train.training_sequence(dataclasses.replace(TINY, num_sequences=1), 0, path)
+    names = [p.name for p in path.iterdir()]
+    assert names == ['train_64x48_0.04s_noise-edges-checker-polygons-bars-pink_'
+                     'translation-rotation-zoom-objects_0.npz']
+    full2 = dataclasses.replace(TINY, **{k: v for k, v in train.FULL2_RECIPE.items()
+                                         if k in ('textures', 'motions', 'speed_max_px_s')})
+    sequence = train.training_sequence(full2, 0, path)
+    assert len(sequence) > 0 and len(list(path.iterdir())) == 2
+    assert 'spiral' in full2.motions and 'fine' in full2.textures
+
+
 def test_inverse_density_weights_flatten_the_speed_histogram():
     speeds = np.concatenate([np.full(700, 10.0), np.full(300, 1000.0)])
     flow = np.stack([speeds, np.zeros_like(speeds)], 1)

@@ -33,8 +33,10 @@ def register(subparsers):
     parser.add_argument('--block-ms', type=float, default=0.0,
                         help='target block length of the training samples [ms]; 0 (default): '
                              "2 tau, the node's automatic block")
-    parser.add_argument('--recipe', choices=('quick', 'full'), default='quick',
-                        help='quick: minutes per model; full: more data and epochs, < 2 h CPU')
+    parser.add_argument('--recipe', choices=('quick', 'full', 'full2'), default='quick',
+                        help='quick: minutes per model; full: more data and epochs, < 2 h CPU '
+                             '(the shipped models); full2: full plus dense fine texture, zoom '
+                             'with rotation and speeds up to 3000 px/s (model card)')
     parser.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
     parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
     parser.add_argument('--num-sequences', type=int, default=None,
@@ -50,6 +52,15 @@ def register(subparsers):
                              'signal target (default: the recipe value)')
     parser.add_argument('--noise-loss-weight', type=float, default=None,
                         help='weight of the pull of noise targets towards zero flow')
+    parser.add_argument('--init-model', default=None, metavar='MODEL',
+                        help='fine-tune: start from this model (shipped name or .npz) instead '
+                             'of random weights; it must have the same D, hidden size, '
+                             'equivariance and frequencies (seed)')
+    parser.add_argument('--max-speed-px-s', type=float, default=None,
+                        help='override the highest typical scene speed (log-uniform from '
+                             '30 px/s; quick and full: 1500, full2: 3000)')
+    parser.add_argument('--learning-rate', type=float, default=None,
+                        help='override the peak learning rate (default 2e-3)')
     parser.add_argument('--threads', type=int, default=None,
                         help='torch CPU threads (default: torch decides)')
     parser.add_argument('--name', default=None, help='model name stored in the checkpoint')
@@ -74,7 +85,7 @@ def run(args):
     if not MIN_TAU_S * 1e3 <= args.tau_ms <= MAX_TAU_S * 1e3:  # the model's bounds
         raise ValueError(f'--tau-ms must be in [{MIN_TAU_S * 1e3:g}, {MAX_TAU_S * 1e3:g}] ms, '
                          f'got {args.tau_ms}')
-    overrides = dict(train.FULL_RECIPE) if args.recipe == 'full' else {}
+    overrides = dict(train.RECIPES[args.recipe])
     if not 0 <= args.block_ms <= 2 * args.tau_ms:
         raise ValueError(f'--block-ms must be in [0, 2 tau = {2 * args.tau_ms:g}] ms, got '
                          f'{args.block_ms}')
@@ -93,6 +104,19 @@ def run(args):
         if args.equivariance == 'none':
             # A plain MLP learns the symmetries from augmented copies instead.
             overrides.update(blocks_per_sequence=6, augmentations_per_block=4)
+    if args.init_model is not None:
+        from veckm_flow_ros.core.model import load_model
+        load_model(args.init_model)  # fails early, naming the value
+        overrides['init_model'] = args.init_model
+    if args.max_speed_px_s is not None:
+        if not 30 <= args.max_speed_px_s <= 20000:
+            raise ValueError(f'--max-speed-px-s must be in [30, 20000] px/s, got '
+                             f'{args.max_speed_px_s}')
+        overrides['speed_max_px_s'] = args.max_speed_px_s
+    if args.learning_rate is not None:
+        if not 0 < args.learning_rate < 1:
+            raise ValueError(f'--learning-rate must be in (0, 1), got {args.learning_rate}')
+        overrides['learning_rate'] = args.learning_rate
     if args.noise_target_fraction is not None:
         if not 0 <= args.noise_target_fraction <= 1:
             raise ValueError('--noise-target-fraction must be in [0, 1], got '

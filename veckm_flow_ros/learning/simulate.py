@@ -47,14 +47,21 @@ import numpy as np
 
 from veckm_flow_ros.eventio.events import EventArray
 
-TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings', 'blobs')
-MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects')
+TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings', 'blobs',
+            'fine')
+MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects', 'spiral')
 
 # Held-out split: the training recipe never sees these textures or motions (see train.py).
 TRAIN_TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink')
 TRAIN_MOTIONS = ('translation', 'rotation', 'zoom', 'objects')
 HELDOUT_TEXTURES = ('gratings', 'blobs')
 HELDOUT_MOTIONS = ('affine',)
+# Added for the 'full2' recipe: fine-grained band-limited noise (many events per pixel) and
+# zoom combined with rotation (a similarity motion, a special case of the held-out affine).
+DENSE_TEXTURES = ('fine',)
+DENSE_MOTIONS = ('spiral',)
+# Typical image speed of a random scene [px/s] (log-uniform), unless make_scene is told.
+SPEED_RANGE_PX_S = (30.0, 1500.0)
 
 # A layer owns a pixel (and its events) as soon as it covers any of it: the intensity of
 # a pixel that an object boundary touches changes because of that boundary.
@@ -154,7 +161,8 @@ def make_texture(kind, size, rng):
     """
     Return a (size, size) float32 raster in [-1, 1] of texture `kind` (one of TEXTURES).
 
-    Every texture is finally blurred by a random optics blur (sigma 0..1.5 px).
+    Every texture is finally blurred by a random optics blur (sigma 0..1.5 px; 0..0.6 px for
+    'fine', whose grain would not survive more, and which keeps 15..50 % of the contrast).
     """
     xx, yy = _coords(size)
     if kind == 'noise':
@@ -164,6 +172,14 @@ def make_texture(kind, size, rng):
         image += rng.uniform(0.0, 0.7) * _standardise(_blur(rng.standard_normal((size, size)),
                                                             sigma * 4))
         image = np.tanh(image / 2.5)
+    elif kind == 'fine':
+        # Fine-grained band-limited noise: grain of 0.5..1.5 px, so a moving texture makes
+        # many events per pixel (dense scenes).
+        sigma = rng.uniform(0.5, 1.5)
+        image = _standardise(_blur(rng.standard_normal((size, size)), sigma))
+        image += rng.uniform(0.0, 0.5) * _standardise(_blur(rng.standard_normal((size, size)),
+                                                            sigma * 3))
+        image = np.tanh(image / rng.uniform(0.8, 2.0))
     elif kind == 'edges':
         # Piecewise-constant regions cut by random straight edges.
         image = np.zeros((size, size))
@@ -228,10 +244,16 @@ def make_texture(kind, size, rng):
         image = _blur(image, 0.6)
     else:
         raise ValueError(f'unknown texture {kind!r}; choose one of {", ".join(TEXTURES)}')
-    optics_sigma = rng.uniform(0.0, 1.5)
+    optics_sigma = rng.uniform(0.0, 0.6 if kind == 'fine' else 1.5)
     if optics_sigma > 0.1:
         image = _blur(image, optics_sigma)
-    return _normalise(image).astype(np.float32)
+    image = _normalise(image)
+    if kind == 'fine':
+        # Optics pass fine grain at a fraction of the contrast of coarse structure; at full
+        # contrast a 1 px grain moving at 2000 px/s makes thousands of events per pixel and
+        # second, beyond a real sensor's bandwidth.
+        image *= rng.uniform(0.15, 0.5)
+    return image.astype(np.float32)
 
 
 def _sample(raster, qx, qy, mirror):
@@ -378,6 +400,13 @@ def _background_motion(kind, rng, width, height, speed_px_s):
     if kind == 'zoom':
         rate = speed_px_s / extent * rng.choice([-1, 1])
         return Motion(np.zeros(2), [[rate, 0], [0, rate]], centre)
+    if kind == 'spiral':
+        # Zoom and rotation together (a similarity): L = rate (cos a I + sin a J), a random.
+        rate = speed_px_s / extent
+        angle = rng.uniform(0, 2 * math.pi)
+        zoom, spin = rate * math.cos(angle), rate * math.sin(angle)
+        return Motion(rng.uniform(-0.2, 0.2, 2) * speed_px_s, [[zoom, -spin], [spin, zoom]],
+                      centre)
     if kind == 'affine':
         gradient = rng.normal(0, 1, (2, 2))
         gradient *= 0.7 * speed_px_s / extent / np.linalg.norm(gradient, 2)
@@ -386,13 +415,15 @@ def _background_motion(kind, rng, width, height, speed_px_s):
 
 
 def make_scene(motion='translation', texture='noise', seed=0, width=346, height=260,
-               speed_px_s=None, sensor=None, textures=None, motions=None):
+               speed_px_s=None, sensor=None, textures=None, motions=None,
+               speed_range_px_s=SPEED_RANGE_PX_S):
     """
     Build a random scene.
 
     motion: one of MOTIONS or 'random'; texture: one of TEXTURES or 'random' (drawn from
-    `textures`, default all); speed_px_s: typical image speed (default log-uniform 30..1500);
-    sensor: SensorConfig (default: randomised thresholds, refractory and noise).
+    `textures`, default all); speed_px_s: typical image speed (default log-uniform in
+    speed_range_px_s, 30..1500); sensor: SensorConfig (default: randomised thresholds,
+    refractory and noise).
     """
     rng = np.random.default_rng(seed)
     textures = tuple(textures or TEXTURES)
@@ -400,7 +431,10 @@ def make_scene(motion='translation', texture='noise', seed=0, width=346, height=
     if motion == 'random':
         motion = str(rng.choice(motions))
     if speed_px_s is None:
-        speed_px_s = _log_uniform(rng, 30.0, 1500.0)
+        low, high = speed_range_px_s
+        if not 0 < low <= high:
+            raise ValueError(f'speed_range_px_s must be 0 < low <= high, got {speed_range_px_s}')
+        speed_px_s = _log_uniform(rng, low, high)
     if sensor is None:
         sensor = SensorConfig(threshold=rng.uniform(0.15, 0.45),
                               threshold_sigma=rng.uniform(0.01, 0.06),

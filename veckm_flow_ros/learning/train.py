@@ -80,6 +80,9 @@ class Recipe:
     height: int = 180
     textures: Tuple[str, ...] = simulate.TRAIN_TEXTURES
     motions: Tuple[str, ...] = simulate.TRAIN_MOTIONS
+    # Typical image speed of a scene, log-uniform in [speed_min_px_s, speed_max_px_s].
+    speed_min_px_s: float = simulate.SPEED_RANGE_PX_S[0]
+    speed_max_px_s: float = simulate.SPEED_RANGE_PX_S[1]
     # Feature bank.
     # An equivariant model gets the same loss for every rotated copy of a sample, so one
     # random symmetry per block (flips still teach a 'c4' model) and 4x the blocks instead.
@@ -117,6 +120,9 @@ class Recipe:
     weighted_sampling: bool = False
     loss_lambda: float = 0.1
     validation_fraction: float = 0.05
+    # Fine-tuning: start the MLP from this checkpoint's weights (same D, H, frequencies and
+    # equivariance) instead of random ones; '' trains from scratch.
+    init_model: str = ''
 
     def to_json(self):
         return dataclasses.asdict(self)
@@ -127,6 +133,16 @@ class Recipe:
 # to simulate the 800 sequences (cached in the work directory). The shipped r8 used 1600
 # sequences and 800 batches per epoch (model card).
 FULL_RECIPE = {'num_sequences': 800, 'epochs': 100, 'batches_per_epoch': 600}
+# 'full2': the full budget on data that also holds dense fine texture (many events per pixel),
+# zoom combined with rotation, and typical speeds up to 3000 px/s (model card).
+FULL2_RECIPE = dict(FULL_RECIPE, textures=simulate.TRAIN_TEXTURES + simulate.DENSE_TEXTURES,
+                    motions=simulate.TRAIN_MOTIONS + simulate.DENSE_MOTIONS,
+                    speed_max_px_s=3000.0)
+RECIPES = {'quick': {}, 'full': FULL_RECIPE, 'full2': FULL2_RECIPE}
+# Fields added after the first models: left out of cache keys at their defaults, so the
+# older recipes keep their cached sequences and banks.
+_NEW_FIELD_DEFAULTS = {'speed_min_px_s': simulate.SPEED_RANGE_PX_S[0],
+                       'speed_max_px_s': simulate.SPEED_RANGE_PX_S[1], 'init_model': ''}
 
 
 def standard_frequencies(num_features: int, seed: int):
@@ -182,15 +198,19 @@ def _log(message):
 def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Path] = None):
     """Return the index-th training sequence (simulated, or read from the cache)."""
     seed = recipe.seed * 100003 + index
+    speed_range = (recipe.speed_min_px_s, recipe.speed_max_px_s)
     path = None
     if cache_dir is not None:
+        speeds = '' if speed_range == simulate.SPEED_RANGE_PX_S else \
+            f'{speed_range[0]:g}-{speed_range[1]:g}px_s_'
         path = cache_dir / (f'train_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
-                            f'{"-".join(recipe.textures)}_{"-".join(recipe.motions)}_{seed}.npz')
+                            f'{"-".join(recipe.textures)}_{"-".join(recipe.motions)}_{speeds}'
+                            f'{seed}.npz')
         if path.is_file():
             return simulate.load_npz(path)
     scene = simulate.make_scene('random', 'random', seed=seed, width=recipe.width,
                                 height=recipe.height, textures=recipe.textures,
-                                motions=recipe.motions)
+                                motions=recipe.motions, speed_range_px_s=speed_range)
     sequence = simulate.simulate(scene, recipe.duration_s, seed=seed)
     if path is not None:
         # Written under another name and renamed: an interrupted run leaves no broken cache.
@@ -419,6 +439,28 @@ class TrainState:
     history: list = field(default_factory=list)
 
 
+def _load_initial_weights(mlp, recipe: Recipe):
+    """Copy recipe.init_model's MLP weights into mlp (fine-tuning); ValueError on mismatch."""
+    from veckm_flow_ros.core.model import load_model
+    model = load_model(recipe.init_model)
+    freq = recipe_frequencies(recipe)
+    same_freq = all(torch.equal(a.float(), b.float()) for a, b in
+                    zip((model.freq_t, model.freq_x, model.freq_y), freq))
+    if (model.num_features != recipe.num_features or model.w2.shape[0] != recipe.hidden_size
+            or not same_freq or model.equivariance != recipe.equivariance):
+        raise ValueError(f'--init-model {recipe.init_model} does not match the recipe '
+                         f'(D = {model.num_features}, hidden {model.w2.shape[0]}, '
+                         f'equivariance {model.equivariance!r}, same frequencies: {same_freq});'
+                         f' it needs D = {recipe.num_features}, hidden {recipe.hidden_size}, '
+                         f'equivariance {recipe.equivariance!r} and seed {recipe.seed}')
+    with torch.no_grad():
+        # The model's weights already commute with the group: averaging leaves them as they
+        # are, so the equivariant MLP starts exactly at the checkpoint.
+        for layer, weight in zip((mlp.layer1, mlp.layer2, mlp.layer3),
+                                 (model.w1, model.w2, model.w3)):
+            layer.weight.copy_(weight.T.float())
+
+
 def _split(groups, fraction, seed):
     """Split samples by sequence: (train_index, validation_index)."""
     ids = np.unique(groups)
@@ -455,6 +497,9 @@ def train_mlp(features, flow_px_s, groups, recipe: Recipe, state_path=None, resu
     """
     torch.manual_seed(recipe.seed)
     mlp = make_mlp(recipe, features.shape[1])
+    if recipe.init_model:
+        _load_initial_weights(mlp, recipe)
+        log(f'  starting from the weights of {recipe.init_model}')
     optimizer = torch.optim.AdamW(mlp.parameters(), lr=recipe.learning_rate,
                                   weight_decay=recipe.weight_decay)
     total_steps = recipe.epochs * recipe.batches_per_epoch
@@ -553,8 +598,9 @@ def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
                       if k not in ('epochs', 'batch_size', 'batches_per_epoch',
                                    'learning_rate', 'loss_lambda', 'validation_fraction',
                                    'hidden_size', 'weight_decay', 'weighted_sampling',
-                                   'noise_loss_weight')
-                      and not (k == 'equivariance' and v == 'none')},
+                                   'noise_loss_weight', 'init_model')
+                      and not (k == 'equivariance' and v == 'none')
+                      and not (k in _NEW_FIELD_DEFAULTS and v == _NEW_FIELD_DEFAULTS[k])},
                      sort_keys=True)
     tag = f'r{recipe.pixel_radius}_tau{recipe.tau_s * 1e3:g}ms_{abs(hash_text(key)):016x}'
     bank_path = work_dir / f'bank_{tag}.npz'

@@ -40,6 +40,30 @@ from veckm_flow_ros.learning import simulate
 from veckm_flow_ros.learning.simulate import SimulatedSequence
 
 HELDOUT_SEED = 900_000
+# The motions heldout_specs cycles through (fixed, so motions added to the simulator later do
+# not change the held-out set).
+HELDOUT_SPEC_MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects')
+DENSE_SEED = 950_000
+# The dense/hard held-out set: fine band-limited noise (many events per pixel) under fast
+# translation, zoom-out with rotation and affine motion, plus one 1280 x 720 scene. Rows:
+# (name, motion, texture, typical speed [px/s], width, height); 'zoomout-rotation' is a
+# similarity with a shrinking scale (zoom rate -0.6 x, rotation rate 0.8 x the typical rate).
+DENSE_SPECS = (
+    ('translation-fine-1000', 'translation', 'fine', 1000.0, 346, 260),
+    ('translation-fine-2000', 'translation', 'fine', 2000.0, 346, 260),
+    ('translation-fine-3000', 'translation', 'fine', 3000.0, 346, 260),
+    ('translation-noise-2000', 'translation', 'noise', 2000.0, 346, 260),
+    ('zoomout-rotation-fine-800', 'zoomout-rotation', 'fine', 800.0, 346, 260),
+    ('zoomout-rotation-noise-1500', 'zoomout-rotation', 'noise', 1500.0, 346, 260),
+    ('affine-fine-1500', 'affine', 'fine', 1500.0, 346, 260),
+    ('zoomout-rotation-noise-1500-1280x720', 'zoomout-rotation', 'noise', 1500.0, 1280, 720),
+)
+# Sensor of the dense set: 1 Hz/px background noise; the background's log intensity is scaled
+# to a standard deviation of DENSE_CONTRAST_THRESHOLDS contrast thresholds, whatever the random
+# texture draw (fine grain of that contrast makes hundreds of events per pixel and second).
+DENSE_SENSOR = {'threshold': 0.2, 'threshold_sigma': 0.03, 'refractory_s': 2e-4,
+                'noise_rate_hz_per_px': 1.0}
+DENSE_CONTRAST_THRESHOLDS = 1.0
 
 
 @dataclass
@@ -234,7 +258,7 @@ def heldout_specs(count: int = 12) -> List[dict]:
     HELDOUT_SEED, far from the training seeds.
     """
     specs = []
-    motions = simulate.MOTIONS
+    motions = HELDOUT_SPEC_MOTIONS
     for index in range(count):
         if index % 3 == 2:
             # The held-out motion (affine) with a training texture.
@@ -264,6 +288,43 @@ def heldout_sequences(count: int = 12, width: int = 346, height: int = 260,
             scene.sensor.noise_rate_hz_per_px = float(noise_rate_hz_per_px)
         name = f'{spec["motion"]}-{spec["texture"]}-{spec["seed"] - HELDOUT_SEED}'
         result[name] = simulate.simulate(scene, duration_s, seed=spec['seed'])
+    return result
+
+
+def dense_sequences(duration_s: float = 0.08, large_duration_s: float = 0.04,
+                    names: Optional[Sequence[str]] = None) -> Dict[str, SimulatedSequence]:
+    """
+    Simulate the dense/hard held-out set (DENSE_SPECS): {name: sequence}.
+
+    Seeds start at DENSE_SEED, far from the training seeds; the 1280 x 720 scene runs for
+    large_duration_s (its event count grows with the area). names: only these specs.
+    """
+    known = [spec[0] for spec in DENSE_SPECS]
+    unknown = sorted(set(names or ()) - set(known))
+    if unknown:
+        raise ValueError(f'unknown dense sequence(s) {unknown}; choose from {known}')
+    result = {}
+    for index, (name, motion, texture, speed, width, height) in enumerate(DENSE_SPECS):
+        if names and name not in names:
+            continue
+        seed = DENSE_SEED + index
+        sensor = simulate.SensorConfig(**DENSE_SENSOR)
+        base = 'zoom' if motion == 'zoomout-rotation' else motion
+        scene = simulate.make_scene(base, texture, seed=seed, width=width, height=height,
+                                    speed_px_s=speed, sensor=sensor)
+        layer = scene.layers[0]
+        layer.log_texture = (layer.log_texture * (
+            DENSE_CONTRAST_THRESHOLDS * sensor.threshold / float(np.std(layer.log_texture)))
+        ).astype(np.float32)
+        if motion == 'zoomout-rotation':
+            rate = speed / (0.5 * np.hypot(width, height))
+            zoom, spin = -0.6 * rate, 0.8 * rate
+            layer.motion = simulate.Motion(layer.motion.velocity_px_s,
+                                           [[zoom, -spin], [spin, zoom]],
+                                           layer.motion.centre_px)
+            scene.description['motion'] = motion
+        duration = large_duration_s if width * height > 346 * 260 else duration_s
+        result[name] = simulate.simulate(scene, duration, seed=seed)
     return result
 
 
