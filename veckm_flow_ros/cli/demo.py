@@ -35,10 +35,13 @@ DEMO_TRUTH = DATA_DIR / 'demo_scene.npz'
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_RECORDINGS = PROJECT_ROOT.parent / 'shared' / 'data' / 'recordings'
 REAL_EVT3 = 'py_test_events_1'
+# Recordings of the validity picture: a hand (real motion) and background activity alone.
+VALIDITY_RECORDINGS = ('py_test_events_1', 'codecs_test_data_libcaer_rollover')
+VALIDITY_DURATION_S = 1.0
 # The outputs this command writes (and replaces on the next run) inside --out-dir.
 OUTPUT_NAMES = ('flow_bag', 'flows.npz', 'frames', 'demo.mp4', 'comparison.png',
                 'error_vs_speed.png', 'metrics.txt', 'real_evt3_640x480.png',
-                'real_evt3_640x480.mp4')
+                'real_evt3_640x480.mp4', 'validity_filter.png')
 QUICK_DURATION_S = 0.1
 
 
@@ -111,6 +114,8 @@ def run(args) -> int:
     recordings = pathlib.Path(args.recordings)
     if not args.quick and (recordings / REAL_EVT3).exists():
         written += replay_real(recordings / REAL_EVT3, model, args.device, out_dir, progress)
+        written += draw_validity_filter(recordings, model, args.device,
+                                        out_dir / 'validity_filter.png', progress)
     elif not args.quick:
         print(f'\n(real recordings not found at {recordings}: skipped the 640x480 evt3 replay)')
 
@@ -118,6 +123,70 @@ def run(args) -> int:
     for path in summary.written + written:
         print(f'  {path}')
     return 0
+
+
+def draw_validity_filter(recordings: pathlib.Path, model, device, path: pathlib.Path,
+                         progress) -> list:
+    """
+    Picture of the min_validity filter on real recordings: every flow | the published ones.
+
+    Replays the first VALIDITY_DURATION_S of each of VALIDITY_RECORDINGS with every flow kept
+    (min_validity 0), then shows the 50 ms with the most flows, without and with the node's
+    default filter, and prints the share of flows the default keeps.
+    """
+    import tempfile
+
+    import cv2
+    import numpy as np
+
+    from veckm_flow_ros.offline.replay import (load_flows_npz, replay_bag, ReplayOptions,
+                                               ReplayOutputs)
+    from veckm_flow_ros.offline.visualize import (auto_max_speed_px_s, render_flow_image,
+                                                  side_by_side)
+    from veckm_flow_ros.stream.parameters import parameter_default
+    min_validity = parameter_default('min_validity')
+    rows = []
+    print(f'\nvalidity filter (min_validity {min_validity:g}, the default of the node) on the '
+          f'first {VALIDITY_DURATION_S:g} s of:')
+    for name in VALIDITY_RECORDINGS:
+        if not (recordings / name).exists():
+            continue
+        with tempfile.TemporaryDirectory(prefix='veckm_flow_demo_') as work:
+            npz = pathlib.Path(work) / 'flows.npz'
+            replay_bag(recordings / name, model,
+                       ReplayOptions(device=device, min_validity=0.0, progress=progress,
+                                     duration_s=VALIDITY_DURATION_S),
+                       ReplayOutputs(npz=npz))
+            flows = load_flows_npz(npz)
+        width, height = int(flows['width']), int(flows['height'])
+        kept = flows['validity'] >= min_validity
+        print(f'  {name}: {kept.sum():,} of {len(kept):,} flows published '
+              f'({100 * kept.mean():.1f} %)')
+        if not len(kept):
+            continue
+        t_ns = flows['t_ns']
+        window_ns = 50_000_000
+        starts = np.arange(t_ns[0], t_ns[-1] + 1, window_ns)
+        counts = np.histogram(t_ns, np.append(starts, starts[-1] + window_ns))[0]
+        busiest = starts[np.argmax(counts)]
+        shown = (t_ns >= busiest) & (t_ns < busiest + window_ns)
+        reference = shown & kept if (shown & kept).any() else shown
+        max_speed_px_s = auto_max_speed_px_s(flows['u_px_s'][reference],
+                                             flows['v_px_s'][reference])
+        panels = []
+        for label, mask in (('every flow', shown), (f'validity >= {min_validity:g}',
+                                                    shown & kept)):
+            panels.append((f'{name}: {label} ({mask.sum():,})', render_flow_image(
+                flows['x'][mask], flows['y'][mask], flows['u_px_s'][mask],
+                flows['v_px_s'][mask], width, height, max_speed_px_s, dot_radius_px=1)))
+        rows.append(side_by_side(panels))
+    if not rows:
+        return []
+    width = max(row.shape[1] for row in rows)
+    image = np.vstack([np.pad(row, ((0, 0), (0, width - row.shape[1]), (0, 0)))
+                       for row in rows])
+    cv2.imwrite(str(path), image)
+    return [str(path)]
 
 
 def _remove_previous_outputs(out_dir: pathlib.Path):
