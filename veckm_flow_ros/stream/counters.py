@@ -26,20 +26,25 @@ import numpy as np
 LATENCY_SAMPLES = 10000
 
 
-class Statistics:
-    """Counters shared by the node's threads (guarded by one lock)."""
+def percentile(values, q: float) -> float:
+    """Return the q-th percentile of values, NaN when there are none."""
+    return float(np.percentile(values, q)) if len(values) else math.nan
 
-    TOTALS = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps',
-              'missed_packets',
-              'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
-              'failed_blocks', 'estimator_resets', 'time_sync_jumps', 'implausible_stamps',
-              'images', 'low_validity_flows')
+
+class PeriodCounters:
+    """
+    Named counters shared by threads (one lock): totals and counts since the last period.
+
+    Subclasses name their counters in NAMES and add their own samples (latencies...) under
+    self._lock, resetting them in _reset_period().
+    """
+
+    NAMES = ()
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.totals = dict.fromkeys(self.TOTALS, 0)
-        self._period = dict.fromkeys(self.TOTALS, 0)
-        self._latencies_ms = collections.deque(maxlen=LATENCY_SAMPLES)
+        self.totals = dict.fromkeys(self.NAMES, 0)
+        self._period = dict.fromkeys(self.NAMES, 0)
         self._period_start = time.monotonic()
 
     def add(self, **counts):
@@ -48,32 +53,60 @@ class Statistics:
                 self.totals[name] += value
                 self._period[name] += value
 
+    def _take(self, samples):
+        """
+        Close the period: return (elapsed_s, period counts, totals, samples()).
+
+        samples: called under the lock before the reset, returns the subclass's samples.
+        """
+        with self._lock:
+            now = time.monotonic()
+            elapsed_s = max(now - self._period_start, 1e-9)
+            period, totals = dict(self._period), dict(self.totals)
+            taken = samples()
+            self._period = dict.fromkeys(self.NAMES, 0)
+            self._reset_period()
+            self._period_start = now
+        return elapsed_s, period, totals, taken
+
+    def _reset_period(self):
+        """Clear the subclass's per-period samples (called under the lock)."""
+
+
+class Statistics(PeriodCounters):
+    """Counters shared by the node's threads (guarded by one lock)."""
+
+    NAMES = ('packets', 'handled_packets', 'events', 'flows', 'blocks', 'seq_gaps',
+             'missed_packets',
+             'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
+             'failed_blocks', 'estimator_resets', 'time_sync_jumps', 'implausible_stamps',
+             'images', 'low_validity_flows')
+
+    def __init__(self):
+        self._latencies_ms = collections.deque(maxlen=LATENCY_SAMPLES)
+        super().__init__()
+
     def add_latency_ms(self, latency_ms: float):
         with self._lock:
             self._latencies_ms.append(latency_ms)
 
+    def _reset_period(self):
+        self._latencies_ms.clear()
+
     def take_period(self) -> dict:
         """Return rates and latency percentiles since the previous call, and the totals."""
-        with self._lock:
-            now = time.monotonic()
-            elapsed_s = max(now - self._period_start, 1e-9)
-            period = dict(self._period)
-            latencies = np.array(self._latencies_ms, dtype=np.float64)
-            self._period = dict.fromkeys(self.TOTALS, 0)
-            self._latencies_ms.clear()
-            self._period_start = now
-            totals = dict(self.totals)
-        report = {
+        elapsed_s, period, totals, latencies = self._take(
+            lambda: np.array(self._latencies_ms, dtype=np.float64))
+        return {
             'elapsed_s': elapsed_s,
             'events_per_s': period['events'] / elapsed_s,
             'flows_per_s': period['flows'] / elapsed_s,
             'packets_per_s': period['packets'] / elapsed_s,
-            'latency_p50_ms': float(np.percentile(latencies, 50)) if len(latencies) else math.nan,
-            'latency_p99_ms': float(np.percentile(latencies, 99)) if len(latencies) else math.nan,
+            'latency_p50_ms': percentile(latencies, 50),
+            'latency_p99_ms': percentile(latencies, 99),
             'period': period,
             'totals': totals,
         }
-        return report
 
 
 class Throttle:

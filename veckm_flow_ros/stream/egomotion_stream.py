@@ -43,14 +43,13 @@ estimator thread, in window order; log(level, message) receives throttled proble
 
 import collections
 from dataclasses import dataclass
-import math
 import threading
 import time
 from typing import Callable, List, Optional
 
 import numpy as np
 
-from veckm_flow_ros.stream.counters import Throttle
+from veckm_flow_ros.stream.counters import percentile, PeriodCounters, Throttle
 from veckm_flow_ros.stream.egomotion_parameters import (EGOMOTION_PARAMETERS,
                                                         rotation_from_quaternion)
 
@@ -281,7 +280,7 @@ class FlowWindows:
         return window
 
 
-class Counters:
+class Counters(PeriodCounters):
     """Totals and per-period counts shared by the stream's threads (one lock)."""
 
     NAMES = ('messages', 'flows', 'windows', 'estimates', 'undetermined_windows',
@@ -291,19 +290,10 @@ class Counters:
              'window_flows_received', 'window_flows_used', 'flows_with_bad_times')
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self.totals = dict.fromkeys(self.NAMES, 0)
-        self._period = dict.fromkeys(self.NAMES, 0)
         self._compute_ms = collections.deque(maxlen=LATENCY_SAMPLES)
         self._latency_ms = collections.deque(maxlen=LATENCY_SAMPLES)
         self._cpu_s = 0.0
-        self._period_start = time.monotonic()
-
-    def add(self, **counts):
-        with self._lock:
-            for name, value in counts.items():
-                self.totals[name] += value
-                self._period[name] += value
+        super().__init__()
 
     def add_window_timing(self, compute_ms: float, latency_ms: float, cpu_s: float):
         with self._lock:
@@ -311,23 +301,16 @@ class Counters:
             self._latency_ms.append(latency_ms)
             self._cpu_s += cpu_s
 
+    def _reset_period(self):
+        self._compute_ms.clear()
+        self._latency_ms.clear()
+        self._cpu_s = 0.0
+
     def take_period(self) -> dict:
         """Return rates, timing percentiles and CPU share since the previous call, totals."""
-        with self._lock:
-            now = time.monotonic()
-            elapsed_s = max(now - self._period_start, 1e-9)
-            period, totals = dict(self._period), dict(self.totals)
-            compute = np.array(self._compute_ms, np.float64)
-            latency = np.array(self._latency_ms, np.float64)
-            cpu_s = self._cpu_s
-            self._period = dict.fromkeys(self.NAMES, 0)
-            self._compute_ms.clear()
-            self._latency_ms.clear()
-            self._cpu_s = 0.0
-            self._period_start = now
-
-        def percentile(values, q):
-            return float(np.percentile(values, q)) if len(values) else math.nan
+        elapsed_s, period, totals, (compute, latency, cpu_s) = self._take(lambda: (
+            np.array(self._compute_ms, np.float64), np.array(self._latency_ms, np.float64),
+            self._cpu_s))
         return {
             'elapsed_s': elapsed_s, 'period': period, 'totals': totals,
             'flows_per_s': period['flows'] / elapsed_s,
