@@ -67,13 +67,11 @@ thread ~/imu.
 
 import math
 import sys
-import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PointStamped, TwistStamped
 import numpy as np
-from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, Imu, PointCloud2
@@ -83,6 +81,7 @@ from veckm_flow_ros.core.camera import CameraModel
 from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
 from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns, stamp_to_ns
+from veckm_flow_ros.ros.receiver import SerializedReceiver
 from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
@@ -105,10 +104,9 @@ IMU_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200,
 OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
                         reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
-# The IMU receive thread takes what arrived at most once per period (at 1 kHz: ~10 messages
-# per wake-up) and waits at most RECEIVE_WAIT_NS before looking at its stop flag again.
+# The IMU receive thread (ros/receiver.py) takes what arrived at most once per period (at
+# 1 kHz: ~10 messages per wake-up).
 IMU_RECEIVE_PERIOD_S = 0.01
-RECEIVE_WAIT_NS = 100_000_000
 # Counters whose increase in a diagnostics period makes the status WARN.
 WARNING_COUNTERS = ('bad_flow_messages', 'flows_with_bad_times', 'bad_camera_infos',
                     'bad_imu_messages', 'dropped_windows', 'failed_windows', 'time_resets')
@@ -159,16 +157,17 @@ class EgomotionNode(Node):
         self.flow_sub = self.create_subscription(PointCloud2, '~/flow', self._on_flow, FLOW_QOS)
         self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
                                                         self._on_camera_info, CAMERA_INFO_QOS)
-        self._stop = threading.Event()
-        self._imu_wake = GuardCondition(None, None, context=self.context)
         self._imu_receiver = None
+        self._imu_batch = []
         self.imu_sub = None
         if self.config['use_imu']:
             self.imu_sub = self.create_subscription(
                 Imu, '~/imu', self._on_imu_raw, IMU_QOS, raw=True,
                 callback_group=rclpy_compat.OwnThreadCallbackGroup())
-            self._imu_receiver = threading.Thread(target=self._receive_imu,
-                                                  name='veckm_egomotion_imu', daemon=True)
+            self._imu_receiver = SerializedReceiver(
+                self, self.imu_sub, Imu, self._imu_batch.append, IMU_RECEIVE_PERIOD_S,
+                '~/imu', 'no more gyroscope', on_wake_end=self._flush_imu_batch,
+                name='veckm_egomotion_imu')
         self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
                                                     self._on_diagnostics_timer)
         self.stream.start()
@@ -222,32 +221,12 @@ class EgomotionNode(Node):
 
     # -- IMU receive thread ------------------------------------------------------------------
 
-    def _receive_imu(self):
-        """Take ~/imu messages as raw CDR, all that are there at each wake-up (node.py's way)."""
-        subscription, wake = self.imu_sub, self._imu_wake
-        handlers = rclpy_compat.event_handlers(subscription)
-        try:
-            wait_set = rclpy_compat.make_wait_set(self.context, 1, 1, len(handlers))
-            while not self._stop.is_set() and self.context.ok():
-                batch = []
-                with rclpy_compat.entities_in_use(subscription, wake, handlers):
-                    rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
-                    woke_s = time.monotonic()
-                    rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
-                    while not self._stop.is_set():
-                        raw = rclpy_compat.take_serialized(subscription, Imu)
-                        if raw is None:
-                            break
-                        batch.append(raw)
-                if batch:
-                    self._on_imu_raw(batch)
-                pause_s = IMU_RECEIVE_PERIOD_S - (time.monotonic() - woke_s)
-                if pause_s > 0:
-                    self._stop.wait(pause_s)
-        except Exception as error:  # noqa: B902 - say why the IMU stopped, unless shutting down
-            if not self._stop.is_set() and self.context.ok():
-                self.get_logger().error(f'receiving ~/imu failed, no more gyroscope: '
-                                        f'{type(error).__name__}: {error}')
+    def _flush_imu_batch(self):
+        """Hand the Imu messages of one receive wake-up to _on_imu_raw (receive thread)."""
+        if self._imu_batch:
+            batch = self._imu_batch[:]
+            self._imu_batch.clear()
+            self._on_imu_raw(batch)
 
     def _on_imu_raw(self, batch):
         """Add the gyroscope samples of serialized Imu messages (a list) to the stream."""
@@ -367,25 +346,18 @@ class EgomotionNode(Node):
 
     def stop_worker(self, timeout_s: float = 5.0):
         """Stop the IMU receive thread and the estimator thread (idempotent)."""
-        stop = getattr(self, '_stop', None)
-        if stop is not None:
-            stop.set()
-            receiver = self._imu_receiver
-            if receiver is not None and receiver.is_alive():
-                try:
-                    self._imu_wake.trigger()
-                except Exception:  # noqa: B902 - context already shut down: it sees that
-                    pass
-                receiver.join(timeout_s)
+        receiver = getattr(self, '_imu_receiver', None)
+        if receiver is not None:
+            receiver.stop(timeout_s)
         stream = getattr(self, 'stream', None)
         if stream is not None:
             stream.stop(timeout_s)
 
     def destroy_node(self):
         self.stop_worker()
-        wake = getattr(self, '_imu_wake', None)
-        if wake is not None:
-            wake.destroy()
+        receiver = getattr(self, '_imu_receiver', None)
+        if receiver is not None:
+            receiver.destroy()
         return super().destroy_node()
 
 

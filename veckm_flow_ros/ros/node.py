@@ -53,16 +53,15 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from event_camera_msgs.msg import EventPacket
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
 
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points
-from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
 from veckm_flow_ros.ros.messages import image_message, parameter_descriptor as _descriptor
 from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
+from veckm_flow_ros.ros.receiver import SerializedReceiver
 from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.stream.frontend import InputPacket
 from veckm_flow_ros.stream.parameters import PARAMETERS
@@ -72,10 +71,8 @@ from veckm_flow_ros.stream.pipeline import (ConfigurationError,  # noqa: F401 - 
 EXECUTABLE = 'veckm_flow_node'
 NODE_NAME = 'veckm_flow'  # ~/flow resolves to /veckm_flow/flow, as in replay bags
 IMAGE_MAX_FLOWS = 500_000
-# The receive thread waits at most this long before looking at the stop flag again, and
-# wakes at most once per RECEIVE_PERIOD_S (taking all that arrived meanwhile: fewer wake-ups
-# and GIL hand-offs at high message rates, at most this much added latency; DDS keeps 1000).
-RECEIVE_WAIT_NS = 100_000_000
+# The receive thread wakes at most once per RECEIVE_PERIOD_S, taking all that arrived
+# meanwhile (ros/receiver.py; at most this much added latency; DDS keeps 1000 packets).
 RECEIVE_PERIOD_S = 0.002
 
 EVENTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
@@ -135,10 +132,9 @@ class VecKMFlowNode(Node):
             self._image_timer = self.create_timer(1.0 / image_rate_hz, self._on_image_timer)
         self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
                                                     self._on_diagnostics_timer)
-        self._stop = threading.Event()
-        self._receive_wake = GuardCondition(None, None, context=self.context)
-        self._receiver = threading.Thread(target=self._receive, name='veckm_flow_receive',
-                                          daemon=True)
+        self._receiver = SerializedReceiver(
+            self, self.events_sub, EventPacket, self._on_packet, RECEIVE_PERIOD_S, '~/events',
+            'no more input', name='veckm_flow_receive')
         self.pipeline.start()
         self._receiver.start()
         model, config = self.model, self.config
@@ -168,36 +164,7 @@ class VecKMFlowNode(Node):
                 self.config[parameter.name] = parameter.value
         return SetParametersResult(successful=True)
 
-    # -- receive thread -----------------------------------------------------------------------
-
-    def _receive(self):
-        """
-        Take ~/events messages as they arrive (all that are there at each wake-up).
-
-        Also runs the subscription's QoS event callbacks (incompatible QoS or type warnings),
-        which rclpy would otherwise run on the executor.
-        """
-        subscription, wake = self.events_sub, self._receive_wake
-        handlers = rclpy_compat.event_handlers(subscription)
-        try:
-            wait_set = rclpy_compat.make_wait_set(self.context, 1, 1, len(handlers))
-            while not self._stop.is_set() and self.context.ok():
-                with rclpy_compat.entities_in_use(subscription, wake, handlers):
-                    rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
-                    woke_s = time.monotonic()
-                    rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
-                    while not self._stop.is_set():
-                        raw = rclpy_compat.take_serialized(subscription, EventPacket)
-                        if raw is None:
-                            break
-                        self._on_packet(raw)
-                pause_s = RECEIVE_PERIOD_S - (time.monotonic() - woke_s)
-                if pause_s > 0:
-                    self._stop.wait(pause_s)
-        except Exception as error:  # noqa: B902 - say why input stopped, unless shutting down
-            if not self._stop.is_set() and self.context.ok():
-                self.get_logger().error(f'receiving ~/events failed, no more input: '
-                                        f'{type(error).__name__}: {error}')
+    # -- input (receive thread) ----------------------------------------------------------
 
     def _on_packet(self, raw: bytes):
         """Hand a serialized EventPacket to the pipeline (header fields parsed, no decoding)."""
@@ -320,20 +287,14 @@ class VecKMFlowNode(Node):
         receiver = getattr(self, '_receiver', None)
         if receiver is None:
             return  # construction failed before the threads existed (rclpy may still clean up)
-        self._stop.set()
-        try:
-            self._receive_wake.trigger()
-        except Exception:  # noqa: B902 - context already shut down: the thread sees it anyway
-            pass
-        if receiver.is_alive():
-            receiver.join(timeout_s)
+        receiver.stop(timeout_s)
         self.pipeline.stop(timeout_s)
 
     def destroy_node(self):
         self.stop_worker()
-        wake = getattr(self, '_receive_wake', None)
-        if wake is not None:
-            wake.destroy()
+        receiver = getattr(self, '_receiver', None)
+        if receiver is not None:
+            receiver.destroy()
         return super().destroy_node()
 
 

@@ -1,0 +1,96 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+A thread of its own that takes serialized messages of one subscription (raw CDR).
+
+Both nodes read their high-rate input this way (veckm_flow_node: ~/events,
+veckm_egomotion_node: ~/imu): the executor would cost ~200 us of Python per message
+(docs/threading.md). The thread waits on the subscription, wakes at most once per period and
+takes every message that arrived meanwhile (fewer wake-ups and GIL hand-offs at high rates, at
+most one period of added latency), and runs the subscription's QoS event callbacks
+(incompatible QoS or type warnings) that the executor would otherwise run. The private rclpy
+calls it needs are the functions of rclpy_compat.
+"""
+
+import threading
+import time
+
+from rclpy.guard_condition import GuardCondition
+
+from veckm_flow_ros.ros import rclpy_compat
+
+# Longest wait before the thread looks at its stop flag again.
+RECEIVE_WAIT_NS = 100_000_000
+
+
+class SerializedReceiver:
+    """
+    Receive thread for `subscription` (created with raw=True and an OwnThreadCallbackGroup).
+
+    on_message(raw: bytes) is called for each message, in arrival order, on this thread;
+    on_wake_end() (optional) after the messages of one wake-up. A failure of the middleware is
+    logged once (`topic`, `consequence`) and ends the thread.
+    """
+
+    def __init__(self, node, subscription, msg_type, on_message, period_s: float, topic: str,
+                 consequence: str, on_wake_end=None, name: str = 'veckm_receive'):
+        self._node, self._subscription, self._msg_type = node, subscription, msg_type
+        self._on_message, self._on_wake_end = on_message, on_wake_end
+        self._period_s, self._topic, self._consequence = period_s, topic, consequence
+        self._stop = threading.Event()
+        self._wake = GuardCondition(None, None, context=node.context)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0):
+        """Stop the thread and wait for it (idempotent)."""
+        self._stop.set()
+        try:
+            self._wake.trigger()
+        except Exception:  # noqa: B902 - context already shut down: the thread sees it anyway
+            pass
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def destroy(self):
+        self._wake.destroy()
+
+    def _run(self):
+        subscription, wake, context = self._subscription, self._wake, self._node.context
+        handlers = rclpy_compat.event_handlers(subscription)
+        try:
+            wait_set = rclpy_compat.make_wait_set(context, 1, 1, len(handlers))
+            while not self._stop.is_set() and context.ok():
+                with rclpy_compat.entities_in_use(subscription, wake, handlers):
+                    rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
+                    woke_s = time.monotonic()
+                    rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
+                    while not self._stop.is_set():
+                        raw = rclpy_compat.take_serialized(subscription, self._msg_type)
+                        if raw is None:
+                            break
+                        self._on_message(raw)
+                if self._on_wake_end is not None:
+                    self._on_wake_end()
+                pause_s = self._period_s - (time.monotonic() - woke_s)
+                if pause_s > 0:
+                    self._stop.wait(pause_s)
+        except Exception as error:  # noqa: B902 - say why input stopped, unless shutting down
+            if not self._stop.is_set() and context.ok():
+                self._node.get_logger().error(f'receiving {self._topic} failed, '
+                                              f'{self._consequence}: '
+                                              f'{type(error).__name__}: {error}')
