@@ -75,6 +75,16 @@ class EgomotionConfig:
     flow_floor_px_s: float = 50.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
     #                                 errors grow with the flow; 0: all flows weigh the same
     #                                 (plain least squares), else > 0
+    slow_flow_px_s: float = 100.0   # with a gyroscope and for the time to contact, flows
+    #                                 weighted by s^2 / (s^2 + this^2), s = |flow| [px/s]: slow
+    #                                 normal flows are unreliable in sign and size; 0: off
+    sign_start: bool = True         # with a gyroscope: start the search from the direction
+    #                                 whose cheirality best agrees with the derotated flows'
+    #                                 signs (robust to magnitude errors), not from the coarse
+    #                                 least-squares minimum
+    rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
+    #                                 the signs of derotated flows r count r^2 / (r^2 +
+    #                                 (this g . omega)^2) in the sign start, [0, 10]
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -99,6 +109,9 @@ class EgomotionConfig:
         need(0 <= self.min_translation_fit < 1, 'min_translation_fit', 'in [0, 1)')
         need(self.min_ttc_flows >= 1, 'min_ttc_flows', '>= 1')
         need(self.flow_floor_px_s >= 0, 'flow_floor_px_s', '>= 0 px/s')
+        need(self.slow_flow_px_s >= 0, 'slow_flow_px_s', '>= 0 px/s')
+        need(isinstance(self.sign_start, (bool, np.bool_)), 'sign_start', 'true or false')
+        need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
         return self
 
     @classmethod
@@ -186,10 +199,11 @@ _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3,
 class _Window:
     """The usable flows of one window in normalized form (see the module doc)."""
 
-    def __init__(self, a, g, m, weight, validity, cell, num_cells, region):
+    def __init__(self, a, g, m, weight, validity, slow, cell, num_cells, region):
         self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
         self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
         self.validity = validity                  # (N,) input weight alone
+        self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
         self.robust = np.ones_like(m)             # (N,) Huber weights
         self.cell = cell                          # (N,) depth cell index
         self.num_cells = num_cells
@@ -313,6 +327,9 @@ class EgomotionEstimator:
         validity = w
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
+        slow = np.ones_like(w)
+        if config.slow_flow_px_s > 0:
+            slow = speed ** 2 / (speed ** 2 + config.slow_flow_px_s ** 2)
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
         pixel = yi * self.camera.width + xi
         px, py = self._x_map[pixel], self._y_map[pixel]
@@ -327,7 +344,7 @@ class EgomotionEstimator:
         if not ok.all():
             nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
             xi, yi = xi[ok], yi[ok]
-        w, validity = w[index][ok], validity[index][ok]
+        w, validity, slow = w[index][ok], validity[index][ok], slow[index][ok]
         a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
         g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
                       nx * py - ny * px], axis=1)
@@ -340,25 +357,49 @@ class EgomotionEstimator:
         rows_ttc, cols_ttc = config.ttc_grid
         region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
             (xi[used] * cols_ttc) // self.camera.width)
-        return _Window(a[used], g[used], m[used], w[used], validity[used], cell, len(cell_ids),
-                       region)
+        return _Window(a[used], g[used], m[used], w[used], validity[used], slow[used], cell,
+                       len(cell_ids), region)
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
     def _solve_gyro(self, window, omega):
         """Direction with omega known: minimise the cell-depth residual, cheirality enforced."""
-        r = window.m - window.g @ omega
+        config = self.config
+        h = window.g @ omega
+        r = window.m - h
+        # Slow normal flows are unreliable in sign and size: they weigh less in this mode.
+        window.weight = window.weight * window.slow
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
         direction = None
-        for iteration in range(self.config.robust_iterations + 1):
+        coarse_rounds = 1
+        if config.sign_start:
+            # A start that ignores the magnitudes: the direction whose cheirality (the sign of
+            # a . d) agrees best with the signs of the derotated flows, the flows weighted by
+            # how far their derotated flow stands out of the rotational flow's error.
+            trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
+            signed = window.weight * window.robust * trust * np.sign(r)
+            direction = self._search(lambda dirs: self._cost_sign(window, signed, dirs), None,
+                                     coarse=True)
+            coarse_rounds = -1
+        for iteration in range(config.robust_iterations + 1):
             stats = self._cell_stats_known(window, r)
             direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
-                                     coarse=iteration <= 1)
-            if iteration < self.config.robust_iterations:
+                                     coarse=iteration <= coarse_rounds)
+            if iteration < config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, direction))
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
+
+    @staticmethod
+    def _cost_sign(window, signed, dirs):
+        """
+        Sign disagreement (K,) of each direction (K, 3): sum of w max(0, -sign(r) a . d).
+
+        signed: (N,) the flows' weights times the sign of their derotated flow r.
+        """
+        b = window.a @ dirs.T                                                     # (N, K)
+        return np.maximum(-b * signed[:, None], 0.0).sum(axis=0)
 
     @staticmethod
     def _cell_stats_known(window, r):
@@ -486,9 +527,10 @@ class EgomotionEstimator:
         r = window.m - window.g @ omega
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
         # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth).
-        # Validity, not the fit's 1 / (|flow| + floor): that would favour the flows measured
-        # too small and bias the median towards long times.
-        w = np.abs(b) * window.validity * window.robust
+        # Validity and the slow-flow factor, not the fit's 1 / (|flow| + floor): that would
+        # favour the flows measured too small and bias the median towards long times; slow
+        # normal flows are measured too large (short times).
+        w = np.abs(b) * window.validity * window.slow * window.robust
         ok = w > 1e-12
         inverse = r[ok] * direction[2] / b[ok]
         region, w = window.region[ok], w[ok]
