@@ -82,6 +82,9 @@ class EgomotionConfig:
     #                                 whose cheirality best agrees with the derotated flows'
     #                                 signs (robust to magnitude errors), not from the coarse
     #                                 least-squares minimum
+    sign_tolerance: float = 0.2     # the least-squares global minimum replaces the sign start
+    #                                 when its sign disagreement is at most (1 + this) times
+    #                                 the sign start's, [0, 10]
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
     #                                 the signs of derotated flows r count r^2 / (r^2 +
     #                                 (this g . omega)^2) in the sign start, [0, 10]
@@ -112,6 +115,7 @@ class EgomotionConfig:
         need(self.slow_flow_px_s >= 0, 'slow_flow_px_s', '>= 0 px/s')
         need(isinstance(self.sign_start, (bool, np.bool_)), 'sign_start', 'true or false')
         need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
+        need(0 <= self.sign_tolerance <= 10, 'sign_tolerance', 'in [0, 10]')
         return self
 
     @classmethod
@@ -382,14 +386,33 @@ class EgomotionEstimator:
             direction = self._search(lambda dirs: self._cost_sign(window, signed, dirs), None,
                                      coarse=True)
             coarse_rounds = -1
-        for iteration in range(config.robust_iterations + 1):
+        robust = window.robust
+        direction, stats = self._fit_known(window, r, direction, coarse_rounds)
+        if config.sign_start:
+            # The least squares from the sign start refine it only locally: magnitude errors
+            # can put their global minimum elsewhere (e.g. the opposite direction). Their
+            # global minimum replaces it where it agrees at least as well with the signs
+            # (flows of exact magnitude: a sign start in a wrong basin).
+            local_robust = window.robust
+            window.robust = robust
+            other, other_stats = self._fit_known(window, r, None, 1)
+            costs = self._cost_sign(window, signed, np.stack([direction, other]))
+            if costs[1] <= costs[0] * (1.0 + config.sign_tolerance):
+                direction, stats = other, other_stats
+            else:
+                window.robust = local_robust
+        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
+        return direction, omega.copy(), fit
+
+    def _fit_known(self, window, r, direction, coarse_rounds):
+        """Least-squares direction for derotated flows r with Huber rounds: (d, stats)."""
+        for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_known(window, r)
             direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
                                      coarse=iteration <= coarse_rounds)
-            if iteration < config.robust_iterations:
+            if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, direction))
-        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
-        return direction, omega.copy(), fit
+        return direction, stats
 
     @staticmethod
     def _cost_sign(window, signed, dirs):
