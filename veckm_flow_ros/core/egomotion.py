@@ -82,6 +82,7 @@ class EgomotionConfig:
     #                                 whose cheirality best agrees with the derotated flows'
     #                                 signs (robust to magnitude errors), not from the coarse
     #                                 least-squares minimum
+    sign_flows: int = 1000          # flows (evenly spread) of the sign start's search, >= 10
     sign_tolerance: float = 0.2     # the least-squares global minimum replaces the sign start
     #                                 when its sign disagreement is at most (1 + this) times
     #                                 the sign start's, [0, 10]
@@ -116,6 +117,7 @@ class EgomotionConfig:
         need(isinstance(self.sign_start, (bool, np.bool_)), 'sign_start', 'true or false')
         need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
         need(0 <= self.sign_tolerance <= 10, 'sign_tolerance', 'in [0, 10]')
+        need(self.sign_flows >= 10, 'sign_flows', '>= 10')
         return self
 
     @classmethod
@@ -228,6 +230,10 @@ class EgomotionEstimator:
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
         self._sphere = fibonacci_sphere(self.config.sphere_directions)
+        # The sign vote's grid: half the sphere and its mirror image (|a . d| is the same for
+        # d and -d, so numpy could share it; the grid is antipodal for that reason).
+        half = self._sphere[self._sphere[:, 2] >= 0]
+        self._sign_sphere = np.concatenate([half, -half])
         self._previous = None  # the last window's direction: one more start of the search
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
@@ -383,8 +389,11 @@ class EgomotionEstimator:
             # how far their derotated flow stands out of the rotational flow's error.
             trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
             signed = window.weight * window.robust * trust * np.sign(r)
-            direction = self._search(lambda dirs: self._cost_sign(window, signed, dirs), None,
-                                     coarse=True)
+            # At most sign_flows flows (evenly spread): the vote needs no more.
+            step = -(-len(r) // config.sign_flows)
+            a_sign, signed_sign = window.a[::step], signed[::step]
+            direction = self._search(lambda dirs: self._cost_sign(a_sign, signed_sign, dirs),
+                                     None, coarse=True, sphere=self._sign_sphere)
             coarse_rounds = -1
         robust = window.robust
         direction, stats = self._fit_known(window, r, direction, coarse_rounds)
@@ -396,7 +405,7 @@ class EgomotionEstimator:
             local_robust = window.robust
             window.robust = robust
             other, other_stats = self._fit_known(window, r, None, 1)
-            costs = self._cost_sign(window, signed, np.stack([direction, other]))
+            costs = self._cost_sign(window.a, signed, np.stack([direction, other]))
             if costs[1] <= costs[0] * (1.0 + config.sign_tolerance):
                 direction, stats = other, other_stats
             else:
@@ -415,14 +424,15 @@ class EgomotionEstimator:
         return direction, stats
 
     @staticmethod
-    def _cost_sign(window, signed, dirs):
+    def _cost_sign(a, signed, dirs):
         """
         Sign disagreement (K,) of each direction (K, 3): sum of w max(0, -sign(r) a . d).
 
-        signed: (N,) the flows' weights times the sign of their derotated flow r.
+        a: (N, 3) the flows' a; signed: (N,) their weights times the sign of their derotated
+        flow r. As max(0, -x) = (|x| - x) / 2: one product for |a . d|, the rest is linear.
         """
-        b = window.a @ dirs.T                                                     # (N, K)
-        return np.maximum(-b * signed[:, None], 0.0).sum(axis=0)
+        absolute = np.abs(signed) @ np.abs(a @ dirs.T)                              # (K,)
+        return 0.5 * (absolute - dirs @ (a.T @ signed))
 
     @staticmethod
     def _cell_stats_known(window, r):
@@ -501,7 +511,7 @@ class EgomotionEstimator:
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse):
+    def _search(self, cost, direction, coarse, sphere=None):
         """
         Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
 
@@ -512,7 +522,8 @@ class EgomotionEstimator:
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
-            candidates = [self._sphere] + [d[None] for d in (direction, self._previous)
+            sphere = self._sphere if sphere is None else sphere
+            candidates = [sphere] + [d[None] for d in (direction, self._previous)
                                            if d is not None]
             candidates = np.concatenate(candidates)
             direction = candidates[int(np.argmin(cost(candidates)))]
