@@ -524,7 +524,7 @@ class EgomotionEstimator:
         if coarse or direction is None:
             sphere = self._sphere if sphere is None else sphere
             candidates = [sphere] + [d[None] for d in (direction, self._previous)
-                                           if d is not None]
+                                     if d is not None]
             candidates = np.concatenate(candidates)
             direction = candidates[int(np.argmin(cost(candidates)))]
         else:

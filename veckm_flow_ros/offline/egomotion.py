@@ -98,7 +98,7 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
 
 
 def _weight(confidence, validity):
-    """The flows' weight: the confidence when computed, else the validity, else None."""
+    """Return the flows' weight: the confidence when computed, else the validity, or None."""
     weight = confidence if confidence is not None else validity
     return None if weight is None else np.asarray(weight, np.float32)
 
