@@ -32,7 +32,11 @@ The estimator models the inverse depth as constant per image cell (`cell_px`). F
 direction d the cell depths and omega (when no gyroscope gives it) then follow by linear least
 squares; the residual is minimised over d on a sphere grid, refined locally, with
 Huber-reweighted iterations against outliers. With a gyroscope, a cell whose best depth would
-be negative is not fitted (cheirality). Time to contact per region is the weighted median
+be negative is not fitted (cheirality), and the search starts from a sign vote: the
+direction whose cheirality sign(a . d) best agrees with the signs of the derotated flows
+m - g . omega (the flow model's magnitudes are biased, its signs less so); the least squares
+refine that start locally, and their global minimum replaces it only where it agrees about
+as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there. Time to contact per region is the weighted median
 (weights |a . d|) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
 
 EgomotionEstimator is the one implementation: the node, `veckm-flow egomotion` and the
