@@ -36,8 +36,9 @@ be negative is not fitted (cheirality), and the search starts from a sign vote: 
 direction whose cheirality sign(a . d) best agrees with the signs of the derotated flows
 m - g . omega (the flow model's magnitudes are biased, its signs less so); the least squares
 refine that start locally, and their global minimum replaces it only where it agrees about
-as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there. Time to contact per region is the weighted median
-(weights |a . d|) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
+as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there.
+Time to contact per region is the weighted median (weights |a . d| times validity and the
+slow-flow factor) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
 
 EgomotionEstimator is the one implementation: the node, `veckm-flow egomotion` and the
 evaluation all call estimate() per window. GyroBuffer averages gyroscope samples over a
