@@ -190,7 +190,11 @@ def test_max_flows_bounds_the_work():
 @pytest.mark.parametrize('name, value, message', [
     ('window_s', 0.0, 'window_s must be in'), ('min_flows', 2, 'min_flows must be >= 10'),
     ('ttc_grid', (0, 8), 'ttc_grid must be'), ('min_validity', 1.5, 'min_validity'),
-    ('cell_px', 1, 'cell_px'), ('flow_floor_px_s', -1.0, 'flow_floor_px_s')])
+    ('cell_px', 1, 'cell_px'), ('flow_floor_px_s', -1.0, 'flow_floor_px_s'),
+    ('slow_flow_px_s', -5.0, 'slow_flow_px_s must be >= 0 px/s'),
+    ('sign_start', 'yes', 'sign_start must be true or false'),
+    ('rotation_error', 11.0, 'rotation_error must be in'), ('sign_flows', 5, 'sign_flows'),
+    ('sign_tolerance', -0.1, 'sign_tolerance')])
 def test_config_out_of_range_names_the_value(name, value, message):
     with pytest.raises(ValueError, match=message):
         EgomotionEstimator(PINHOLE, EgomotionConfig(**{name: value}))

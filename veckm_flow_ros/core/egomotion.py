@@ -32,8 +32,13 @@ The estimator models the inverse depth as constant per image cell (`cell_px`). F
 direction d the cell depths and omega (when no gyroscope gives it) then follow by linear least
 squares; the residual is minimised over d on a sphere grid, refined locally, with
 Huber-reweighted iterations against outliers. With a gyroscope, a cell whose best depth would
-be negative is not fitted (cheirality). Time to contact per region is the weighted median
-(weights |a . d|) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
+be negative is not fitted (cheirality), and the search starts from a sign vote: the
+direction whose cheirality sign(a . d) best agrees with the signs of the derotated flows
+m - g . omega (the flow model's magnitudes are biased, its signs less so); the least squares
+refine that start locally, and their global minimum replaces it only where it agrees about
+as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there.
+Time to contact per region is the weighted median (weights |a . d| times validity and the
+slow-flow factor) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
 
 EgomotionEstimator is the one implementation: the node, `veckm-flow egomotion` and the
 evaluation all call estimate() per window. GyroBuffer averages gyroscope samples over a
@@ -75,6 +80,20 @@ class EgomotionConfig:
     flow_floor_px_s: float = 50.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
     #                                 errors grow with the flow; 0: all flows weigh the same
     #                                 (plain least squares), else > 0
+    slow_flow_px_s: float = 100.0   # with a gyroscope and for the time to contact, flows
+    #                                 weighted by s^2 / (s^2 + this^2), s = |flow| [px/s]: slow
+    #                                 normal flows are unreliable in sign and size; 0: off
+    sign_start: bool = True         # with a gyroscope: start the search from the direction
+    #                                 whose cheirality best agrees with the derotated flows'
+    #                                 signs (robust to magnitude errors), not from the coarse
+    #                                 least-squares minimum
+    sign_flows: int = 1000          # flows (evenly spread) of the sign start's search, >= 10
+    sign_tolerance: float = 0.2     # the least-squares global minimum replaces the sign start
+    #                                 when its sign disagreement is at most (1 + this) times
+    #                                 the sign start's, [0, 10]
+    rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
+    #                                 the signs of derotated flows r count r^2 / (r^2 +
+    #                                 (this g . omega)^2) in the sign start, [0, 10]
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -99,6 +118,11 @@ class EgomotionConfig:
         need(0 <= self.min_translation_fit < 1, 'min_translation_fit', 'in [0, 1)')
         need(self.min_ttc_flows >= 1, 'min_ttc_flows', '>= 1')
         need(self.flow_floor_px_s >= 0, 'flow_floor_px_s', '>= 0 px/s')
+        need(self.slow_flow_px_s >= 0, 'slow_flow_px_s', '>= 0 px/s')
+        need(isinstance(self.sign_start, (bool, np.bool_)), 'sign_start', 'true or false')
+        need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
+        need(0 <= self.sign_tolerance <= 10, 'sign_tolerance', 'in [0, 10]')
+        need(self.sign_flows >= 10, 'sign_flows', '>= 10')
         return self
 
     @classmethod
@@ -186,10 +210,11 @@ _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3,
 class _Window:
     """The usable flows of one window in normalized form (see the module doc)."""
 
-    def __init__(self, a, g, m, weight, validity, cell, num_cells, region):
+    def __init__(self, a, g, m, weight, validity, slow, cell, num_cells, region):
         self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
         self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
         self.validity = validity                  # (N,) input weight alone
+        self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
         self.robust = np.ones_like(m)             # (N,) Huber weights
         self.cell = cell                          # (N,) depth cell index
         self.num_cells = num_cells
@@ -210,6 +235,10 @@ class EgomotionEstimator:
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
         self._sphere = fibonacci_sphere(self.config.sphere_directions)
+        # The sign vote's grid: half the sphere and its mirror image (|a . d| is the same for
+        # d and -d, so numpy could share it; the grid is antipodal for that reason).
+        half = self._sphere[self._sphere[:, 2] >= 0]
+        self._sign_sphere = np.concatenate([half, -half])
         self._previous = None  # the last window's direction: one more start of the search
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
@@ -313,6 +342,9 @@ class EgomotionEstimator:
         validity = w
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
+        slow = np.ones_like(w)
+        if config.slow_flow_px_s > 0:
+            slow = speed ** 2 / (speed ** 2 + config.slow_flow_px_s ** 2)
         xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
         pixel = yi * self.camera.width + xi
         px, py = self._x_map[pixel], self._y_map[pixel]
@@ -327,7 +359,7 @@ class EgomotionEstimator:
         if not ok.all():
             nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
             xi, yi = xi[ok], yi[ok]
-        w, validity = w[index][ok], validity[index][ok]
+        w, validity, slow = w[index][ok], validity[index][ok], slow[index][ok]
         a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
         g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
                       nx * py - ny * px], axis=1)
@@ -340,25 +372,72 @@ class EgomotionEstimator:
         rows_ttc, cols_ttc = config.ttc_grid
         region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
             (xi[used] * cols_ttc) // self.camera.width)
-        return _Window(a[used], g[used], m[used], w[used], validity[used], cell, len(cell_ids),
-                       region)
+        return _Window(a[used], g[used], m[used], w[used], validity[used], slow[used], cell,
+                       len(cell_ids), region)
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
     def _solve_gyro(self, window, omega):
         """Direction with omega known: minimise the cell-depth residual, cheirality enforced."""
-        r = window.m - window.g @ omega
+        config = self.config
+        h = window.g @ omega
+        r = window.m - h
+        # Slow normal flows are unreliable in sign and size: they weigh less in this mode.
+        window.weight = window.weight * window.slow
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
         direction = None
+        coarse_rounds = 1
+        if config.sign_start:
+            # A start that ignores the magnitudes: the direction whose cheirality (the sign of
+            # a . d) agrees best with the signs of the derotated flows, the flows weighted by
+            # how far their derotated flow stands out of the rotational flow's error.
+            trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
+            signed = window.weight * window.robust * trust * np.sign(r)
+            # At most sign_flows flows (evenly spread): the vote needs no more.
+            step = -(-len(r) // config.sign_flows)
+            a_sign, signed_sign = window.a[::step], signed[::step]
+            direction = self._search(lambda dirs: self._cost_sign(a_sign, signed_sign, dirs),
+                                     None, coarse=True, sphere=self._sign_sphere)
+            coarse_rounds = -1
+        robust = window.robust
+        direction, stats = self._fit_known(window, r, direction, coarse_rounds)
+        if config.sign_start:
+            # The least squares from the sign start refine it only locally: magnitude errors
+            # can put their global minimum elsewhere (e.g. the opposite direction). Their
+            # global minimum replaces it where it agrees at least as well with the signs
+            # (flows of exact magnitude: a sign start in a wrong basin).
+            local_robust = window.robust
+            window.robust = robust
+            other, other_stats = self._fit_known(window, r, None, 1)
+            costs = self._cost_sign(window.a, signed, np.stack([direction, other]))
+            if costs[1] <= costs[0] * (1.0 + config.sign_tolerance):
+                direction, stats = other, other_stats
+            else:
+                window.robust = local_robust
+        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
+        return direction, omega.copy(), fit
+
+    def _fit_known(self, window, r, direction, coarse_rounds):
+        """Least-squares direction for derotated flows r with Huber rounds: (d, stats)."""
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_known(window, r)
             direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
-                                     coarse=iteration <= 1)
+                                     coarse=iteration <= coarse_rounds)
             if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, direction))
-        fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
-        return direction, omega.copy(), fit
+        return direction, stats
+
+    @staticmethod
+    def _cost_sign(a, signed, dirs):
+        """
+        Sign disagreement (K,) of each direction (K, 3): sum of w max(0, -sign(r) a . d).
+
+        a: (N, 3) the flows' a; signed: (N,) their weights times the sign of their derotated
+        flow r. As max(0, -x) = (|x| - x) / 2: one product for |a . d|, the rest is linear.
+        """
+        absolute = np.abs(signed) @ np.abs(a @ dirs.T)                              # (K,)
+        return 0.5 * (absolute - dirs @ (a.T @ signed))
 
     @staticmethod
     def _cell_stats_known(window, r):
@@ -437,7 +516,7 @@ class EgomotionEstimator:
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse):
+    def _search(self, cost, direction, coarse, sphere=None):
         """
         Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
 
@@ -448,8 +527,9 @@ class EgomotionEstimator:
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
-            candidates = [self._sphere] + [d[None] for d in (direction, self._previous)
-                                           if d is not None]
+            sphere = self._sphere if sphere is None else sphere
+            candidates = [sphere] + [d[None] for d in (direction, self._previous)
+                                     if d is not None]
             candidates = np.concatenate(candidates)
             direction = candidates[int(np.argmin(cost(candidates)))]
         else:
@@ -486,9 +566,10 @@ class EgomotionEstimator:
         r = window.m - window.g @ omega
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
         # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth).
-        # Validity, not the fit's 1 / (|flow| + floor): that would favour the flows measured
-        # too small and bias the median towards long times.
-        w = np.abs(b) * window.validity * window.robust
+        # Validity and the slow-flow factor, not the fit's 1 / (|flow| + floor): that would
+        # favour the flows measured too small and bias the median towards long times; slow
+        # normal flows are measured too large (short times).
+        w = np.abs(b) * window.validity * window.slow * window.robust
         ok = w > 1e-12
         inverse = r[ok] * direction[2] / b[ok]
         region, w = window.region[ok], w[ok]

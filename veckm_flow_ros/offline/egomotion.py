@@ -73,7 +73,7 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
     target_stride: flow of every k-th event only (the context still uses all events);
     confidence: also the flow estimator's per-flow confidence (rotation ensemble, ~4x the
     cost). Returns (t_s, x_px, y_px, u_px_s, v_px_s, weight) arrays of the events that got a
-    flow, weight the confidence or None.
+    flow, weight the confidence (with confidence) or else the validity, as the node weighs them.
     """
     from tqdm import tqdm
 
@@ -94,8 +94,13 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
     flows = FlowBlock.concatenate(blocks)
     return (np.asarray(flows.t_ns, np.int64) * 1e-9, np.asarray(flows.x, np.float32),
             np.asarray(flows.y, np.float32), np.asarray(flows.u_px_s, np.float32),
-            np.asarray(flows.v_px_s, np.float32),
-            None if flows.confidence is None else np.asarray(flows.confidence, np.float32))
+            np.asarray(flows.v_px_s, np.float32), _weight(flows.confidence, flows.validity))
+
+
+def _weight(confidence, validity):
+    """Return the flows' weight: the confidence when computed, else the validity, or None."""
+    weight = confidence if confidence is not None else validity
+    return None if weight is None else np.asarray(weight, np.float32)
 
 
 def flows_from_bag(path, topic=None, model=None, progress=True, confidence=False):
@@ -103,7 +108,8 @@ def flows_from_bag(path, topic=None, model=None, progress=True, confidence=False
     Compute the normal flow of a bag's events through the node's replay (ROS time).
 
     Returns (t_s, x, y, u, v, weight) with t_s the ROS time of each flow's event (s), the
-    clock of the bag's other messages (IMU), and weight the confidence or None.
+    clock of the bag's other messages (IMU), and weight the confidence (with confidence) or
+    else the validity.
     """
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.offline.replay import (load_flows_npz, replay_bag, ReplayOptions,
@@ -116,7 +122,7 @@ def flows_from_bag(path, topic=None, model=None, progress=True, confidence=False
                    ReplayOutputs(npz=out))
         flows = load_flows_npz(out)
     return (flows['stamp_ns'] * 1e-9, flows['x'], flows['y'], flows['u_px_s'],
-            flows['v_px_s'], flows.get('confidence'))
+            flows['v_px_s'], _weight(flows.get('confidence'), flows.get('validity')))
 
 
 def estimate_windows(camera, t_s, x_px, y_px, u_px_s, v_px_s, weight=None,

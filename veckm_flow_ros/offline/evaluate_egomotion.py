@@ -268,7 +268,9 @@ def plot_results(results: List[SequenceResult], path):
 def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=False,
                    progress=False):
     """
-    Return ((t_s, x, y, u, v, weight), quality) of a sequence's flows (weight: confidence).
+    Return ((t_s, x, y, u, v, weight), quality) of a sequence's flows.
+
+    weight: the confidence with `confidence`, else the validity (as the node weighs flows).
 
     quality: the flow estimator's accuracy on the sequence's signal events (not noise, not
     sky): 'pos' the share of flows whose magnitude has the sign of the exact flow projected
@@ -298,7 +300,9 @@ def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=
     flows = FlowBlock.concatenate(blocks + estimator.flush())
     index = np.asarray(flows.event_index, np.int64)
     u, v = np.asarray(flows.u_px_s, np.float64), np.asarray(flows.v_px_s, np.float64)
-    weight = None if flows.confidence is None else np.asarray(flows.confidence, np.float64)
+    # The node's weight: the confidence when asked for, else the validity.
+    weight = flows.confidence if flows.confidence is not None else flows.validity
+    weight = None if weight is None else np.asarray(weight, np.float64)
     quality = flow_quality(sequence, index, u, v)
     if flow == 'exact':
         speed = np.hypot(u, v)
