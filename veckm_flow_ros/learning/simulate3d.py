@@ -82,6 +82,9 @@ OCCLUSION_DEPTH_RATIO = 0.03
 # Random textures of the ground and the walls: not the periodic ones (gratings, checker),
 # which would make most of the image ambiguous under the aperture problem; boxes use all.
 ROOM_TEXTURES = ('noise', 'edges', 'polygons', 'bars', 'pink', 'blobs')
+# Random textures of the boxes: the 2D simulator's textures without the dense 'fine' grain
+# (added for training later; listing them here keeps the scenes of a seed unchanged).
+BOX_TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings', 'blobs')
 # Largest texture raster of a plane [texels].
 MAX_TEXTURE_PX = 1024
 # Largest stretch of a pixel's footprint on a grazing surface used for the mip level.
@@ -350,7 +353,7 @@ def _texel_m(depth_m, focal_px):
 
 
 def _textured_plane(rng, origin, axis_u, axis_v, size_m, depth_m, focal_px, texture,
-                    description, choices=simulate.TEXTURES):
+                    description, choices=BOX_TEXTURES):
     texel = _texel_m(depth_m, focal_px)
     raster = int(np.clip(2 ** math.ceil(math.log2(max(max(size_m) / texel, 1.0))), 64,
                          MAX_TEXTURE_PX))
