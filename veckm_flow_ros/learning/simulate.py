@@ -565,17 +565,8 @@ def simulate(scene, duration_s=0.5, seed=0):
     x = (index % width).astype(np.float64)
     y = (index // width).astype(np.float64)
     flow = scene.flow_px_s(owner, x, y, t_s)
-    is_noise = np.zeros(len(t_s), bool)
-
-    noise = background_noise(sensor, rng, width, height, duration_s)
-    if noise is not None:
-        n_noise = len(noise[0])
-        t_s = np.concatenate([t_s, noise[0]])
-        x = np.concatenate([x, noise[1]])
-        y = np.concatenate([y, noise[2]])
-        on = np.concatenate([on, noise[3]])
-        flow = np.concatenate([flow, np.full((n_noise, 2), np.nan)])
-        is_noise = np.concatenate([is_noise, np.ones(n_noise, bool)])
+    t_s, x, y, on, is_noise, (flow,) = with_background_noise(
+        sensor, rng, width, height, duration_s, t_s, x, y, on, (flow, np.nan))
 
     t_ns = sensor_times_ns(t_s, sensor)
     order = np.argsort(t_ns, kind='stable')
@@ -636,6 +627,29 @@ def background_noise(sensor, rng, width, height, duration_s):
         return None
     return (rng.uniform(0, duration_s, n_noise), rng.integers(0, width, n_noise),
             rng.integers(0, height, n_noise), rng.uniform(size=n_noise) < 0.5)
+
+
+def with_background_noise(sensor, rng, width, height, duration_s, t_s, x, y, on, *columns):
+    """
+    Append background-activity events (background_noise) to the signal events' columns.
+
+    t_s, x, y, on: the signal events; columns: (values, fill) pairs of further per-event
+    arrays, `fill` being the noise events' value (NaN ground truth, ...). Returns (t_s, x, y,
+    on, is_noise, [each column extended]), signal events first.
+    """
+    values = [np.asarray(column) for column, _ in columns]
+    fills = [fill for _, fill in columns]
+    is_noise = np.zeros(len(t_s), bool)
+    noise = background_noise(sensor, rng, width, height, duration_s)
+    if noise is None:
+        return t_s, x, y, on, is_noise, values
+    n_noise = len(noise[0])
+    t_s, x, y, on = (np.concatenate([signal, extra]) for signal, extra in
+                     zip((t_s, x, y, on), noise))
+    values = [np.concatenate([column, np.full((n_noise,) + column.shape[1:], fill,
+                                              column.dtype)])
+              for column, fill in zip(values, fills)]
+    return t_s, x, y, on, np.concatenate([is_noise, np.ones(n_noise, bool)]), values
 
 
 def sensor_times_ns(t_s, sensor):

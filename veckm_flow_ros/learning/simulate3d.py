@@ -617,19 +617,9 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
         flow[part] = scene.event_flow(t_s[part], index[part], depth[part])
     x = (index % width).astype(np.float64)
     y = (index // width).astype(np.float64)
-    is_noise = np.zeros(len(t_s), bool)
-
-    noise = simulate.background_noise(sensor, rng, width, height, duration_s)
-    if noise is not None:
-        n_noise = len(noise[0])
-        t_s = np.concatenate([t_s, noise[0]])
-        x = np.concatenate([x, noise[1]])
-        y = np.concatenate([y, noise[2]])
-        on = np.concatenate([on, noise[3]])
-        flow = np.concatenate([flow, np.full((n_noise, 2), np.nan)])
-        depth = np.concatenate([depth, np.full(n_noise, np.nan)])
-        edge = np.concatenate([edge, np.zeros(n_noise, bool)])
-        is_noise = np.concatenate([is_noise, np.ones(n_noise, bool)])
+    t_s, x, y, on, is_noise, (flow, depth, edge) = simulate.with_background_noise(
+        sensor, rng, width, height, duration_s, t_s, x, y, on, (flow, np.nan),
+        (depth, np.nan), (edge, False))
 
     t_ns = simulate.sensor_times_ns(t_s, sensor)
     order = np.argsort(t_ns, kind='stable')
