@@ -24,7 +24,7 @@ table by the tests.
 
 import math
 
-from veckm_flow_ros.stream.parameters import ParameterSpec
+from veckm_flow_ros.stream.parameters import config_of, ParameterSpec
 
 # The single source of the egomotion node's parameters.
 EGOMOTION_PARAMETERS = (
@@ -75,12 +75,7 @@ EGOMOTION_PARAMETERS = (
 
 def default_egomotion_config(**overrides) -> dict:
     """Return the default parameters as a dict, with `overrides` (unknown names: KeyError)."""
-    config = {spec.name: spec.default for spec in EGOMOTION_PARAMETERS}
-    for name, value in overrides.items():
-        if name not in config:
-            raise KeyError(f'unknown parameter {name!r}; parameters: {", ".join(config)}')
-        config[name] = value
-    return config
+    return config_of(EGOMOTION_PARAMETERS, **overrides)
 
 
 def rotation_from_quaternion(xyzw) -> list:

@@ -127,7 +127,12 @@ def parameter_default(name: str):
 
 def default_config(**overrides) -> dict:
     """Return the default parameters as a dict, with `overrides` (unknown names: KeyError)."""
-    config = {spec.name: spec.default for spec in PARAMETERS}
+    return config_of(PARAMETERS, **overrides)
+
+
+def config_of(specs, **overrides) -> dict:
+    """Return the defaults of `specs` as a dict, with `overrides` (unknown names: KeyError)."""
+    config = {spec.name: spec.default for spec in specs}
     for name, value in overrides.items():
         if name not in config:
             raise KeyError(f'unknown parameter {name!r}; parameters: {", ".join(config)}')
