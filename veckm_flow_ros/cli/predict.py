@@ -60,7 +60,7 @@ def register(subparsers):
 def run(args) -> int:
     from tqdm import tqdm
 
-    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.eventio.npz import load_events, npz_path
     events, width, height, unit = load_events(args.events)
@@ -78,15 +78,9 @@ def run(args) -> int:
                                     causal=args.causal, target_stride=args.stride,
                                     max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS),
                                     min_validity=args.min_validity)
-    blocks = []
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
               disable=len(events) < 2 * CHUNK_EVENTS) as progress:
-        for start in range(0, len(events), CHUNK_EVENTS):
-            chunk = events[start:start + CHUNK_EVENTS]
-            blocks += estimator.push(chunk)
-            progress.update(len(chunk))
-    blocks += estimator.flush()
-    flows = FlowBlock.concatenate(blocks)
+        flows = estimator.estimate_all(events, CHUNK_EVENTS, progress.update)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(out, idx=flows.event_index.astype(np.int64), u=flows.u_px_s, v=flows.v_px_s,
              validity=(flows.validity if flows.validity is not None

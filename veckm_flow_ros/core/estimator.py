@@ -333,6 +333,23 @@ class NormalFlowEstimator:
         """Add events (time-ordered); return the blocks whose context became complete."""
         return list(self.push_iter(events))
 
+    def estimate_all(self, events: EventArray, chunk_events: int = 200_000,
+                     on_chunk: Optional[Callable[[int], None]] = None) -> FlowBlock:
+        """
+        Push a whole recording in chunks, flush, and return all its flows as one FlowBlock.
+
+        on_chunk(n): called after each chunk of n events (e.g. a progress bar's update);
+        max_buffered_events must hold at least two chunks.
+        """
+        blocks = []
+        for start in range(0, len(events), chunk_events):
+            chunk = events[start:start + chunk_events]
+            blocks += self.push(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+        blocks += self.flush()
+        return FlowBlock.concatenate(blocks)
+
     def push_iter(self, events: EventArray) -> Iterator[FlowBlock]:
         """
         Like push(), but yield each block as soon as it is computed.

@@ -77,21 +77,15 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
     """
     from tqdm import tqdm
 
-    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
     model = model if model is not None and not isinstance(model, str) else load_model(model)
     estimator = NormalFlowEstimator(model, width, height, target_stride=target_stride,
                                     confidence=confidence,
                                     max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS))
-    blocks = []
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
               disable=not progress, desc='flow') as bar:
-        for start in range(0, len(events), CHUNK_EVENTS):
-            chunk = events[start:start + CHUNK_EVENTS]
-            blocks += estimator.push(chunk)
-            bar.update(len(chunk))
-    blocks += estimator.flush()
-    flows = FlowBlock.concatenate(blocks)
+        flows = estimator.estimate_all(events, CHUNK_EVENTS, bar.update)
     return (np.asarray(flows.t_ns, np.int64) * 1e-9, np.asarray(flows.x, np.float32),
             np.asarray(flows.y, np.float32), np.asarray(flows.u_px_s, np.float32),
             np.asarray(flows.v_px_s, np.float32), _weight(flows.confidence, flows.validity))
