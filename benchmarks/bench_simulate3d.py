@@ -22,7 +22,10 @@ Times are CPU seconds of this process (one core; robust on a shared machine) for
 scene and for simulating; the baseline row is the 2D simulator's translating 'noise' texture at
 the median image speed of the 3D rows, same size and duration, in the same run. Columns:
 events [M], noise and occlusion-flagged fractions, render steps, median and 95th-percentile
-ground-truth flow [px/s] of signal events.
+ground-truth flow [px/s] of signal events. `--point-sampled` adds, per trajectory, the same
+scene rendered without pixel-area supersampling and optics blur (the renderer before they were
+added), in the same run; its last column is the share of signal events that follow an event of
+the same pixel and polarity within 1 ms (bursts; the real recordings have 0.0-0.2 %).
 """
 
 import argparse
@@ -37,13 +40,16 @@ def main():
     parser.add_argument('--width', type=int, default=346)
     parser.add_argument('--height', type=int, default=260)
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--point-sampled', action='store_true',
+                        help='also time each scene rendered point-sampled (no supersampling, '
+                             'no optics blur)')
     args = parser.parse_args()
 
     from veckm_flow_ros.learning import simulate, simulate3d
 
     print(f'{args.width}x{args.height} px, {args.duration_s} s, seed {args.seed}, CPU seconds')
     header = (f'{"scene":24s} {"build s":>8s} {"sim s":>7s} {"events M":>9s} {"noise%":>7s} '
-              f'{"occl%":>6s} {"steps":>6s} {"flow p50":>9s} {"flow p95":>9s}')
+              f'{"occl%":>6s} {"steps":>6s} {"flow p50":>9s} {"flow p95":>9s} {"burst%":>7s}')
     print(header)
     print('-' * len(header))
     medians = []
@@ -54,18 +60,27 @@ def main():
         steps = sequence.description.get('render_steps', '-')
         print(f'{name:24s} {build_s:8.1f} {sim_s:7.1f} {len(sequence) / 1e6:9.2f} '
               f'{100 * sequence.is_noise.mean():7.1f} {occlusion:6.1f} {steps!s:>6s} '
-              f'{np.median(speed):9.0f} {np.percentile(speed, 95):9.0f}', flush=True)
+              f'{np.median(speed):9.0f} {np.percentile(speed, 95):9.0f} '
+              f'{100 * burst_share(sequence):7.1f}', flush=True)
         return float(np.median(speed))
 
-    for trajectory in simulate3d.TRAJECTORIES:
+    def run3d(trajectory, point_sampled):
         start = time.process_time()
         scene = simulate3d.make_scene3d(trajectory, seed=args.seed, width=args.width,
                                         height=args.height)
+        if point_sampled:
+            scene.supersampling, scene.optics_sigma_px = 1, 0.0
         built = time.process_time()
         sequence = simulate3d.simulate3d(scene, args.duration_s, seed=args.seed)
         done = time.process_time()
-        medians.append(row(f'3d {trajectory}', built - start, done - built, sequence,
-                           100 * sequence.at_occlusion.mean()))
+        name = f'3d {trajectory}' + (' point-sampled' if point_sampled else '')
+        return row(name, built - start, done - built, sequence,
+                   100 * sequence.at_occlusion.mean())
+
+    for trajectory in simulate3d.TRAJECTORIES:
+        medians.append(run3d(trajectory, False))
+        if args.point_sampled:
+            run3d(trajectory, True)
     speed = float(np.median(medians))
     start = time.process_time()
     scene = simulate.make_scene('translation', 'noise', seed=args.seed, width=args.width,
@@ -74,6 +89,19 @@ def main():
     sequence = simulate.simulate(scene, args.duration_s, seed=args.seed)
     done = time.process_time()
     row(f'2d translation {speed:.0f} px/s', built - start, done - built, sequence, 0.0)
+
+
+def burst_share(sequence, gap_s=1e-3):
+    """Share of signal events within gap_s after the previous event of their pixel and sign."""
+    events = sequence.events
+    signal = ~sequence.is_noise
+    key = (events.y[signal].astype(np.int64) * sequence.width + events.x[signal]) * 2 \
+        + events.p[signal]
+    t_ns = events.t_ns[signal]
+    order = np.lexsort((t_ns, key))
+    key, t_ns = key[order], t_ns[order]
+    close = (key[1:] == key[:-1]) & (np.diff(t_ns) < gap_s * 1e9)
+    return float(close.sum()) / max(len(key), 1)
 
 
 if __name__ == '__main__':
