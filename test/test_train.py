@@ -274,3 +274,28 @@ def test_draw_handles_banks_beyond_multinomials_limit():
     draws = train._draw(weights, 4000, generator)
     assert set(draws.tolist()) == {3, size - 1}
     assert float((draws == size - 1).double().mean()) == pytest.approx(0.75, abs=0.03)
+
+
+def test_3d_scenes_join_the_bank_without_their_occlusion_events(tmp_path):
+    recipe = dataclasses.replace(TINY, num_sequences=1, scenes3d=1, duration_s=0.06)
+    path = tmp_path / 'sequences'
+    scene3d = train.training_sequence(recipe, 1, path)
+    # The 3D scene: cached under its own name, ground truth marked at depth edges.
+    assert any(p.name.startswith('train3d_64x48_0.06s_constant_') for p in path.iterdir())
+    assert scene3d.at_occlusion.any() and (~scene3d.at_occlusion & ~scene3d.is_noise).any()
+    freq = train.standard_frequencies(recipe.num_features, recipe.seed)
+    features, flow, groups = train.build_feature_bank(recipe, freq, path,
+                                                      log=lambda message: None)
+    assert set(np.unique(groups)) == {0, 1}
+    # Every 3D target's label is the exact flow of a signal event not at an occlusion (up to
+    # the bank's augmentation: a symmetry of the square keeps the speed).
+    trusted = ~scene3d.is_noise & ~scene3d.at_occlusion
+    speeds = np.sort(np.hypot(*scene3d.flow_px_s[trusted].T.astype(np.float64)))
+    labels = np.hypot(*flow[groups == 1].T.astype(np.float64))
+    assert len(labels) > 0
+    nearest = np.clip(np.searchsorted(speeds, labels), 1, len(speeds) - 1)
+    gap = np.minimum(np.abs(speeds[nearest] - labels), np.abs(speeds[nearest - 1] - labels))
+    assert np.all(gap <= 1e-3 * np.maximum(labels, 1.0))
+    occluded = np.hypot(*scene3d.flow_px_s[scene3d.at_occlusion & ~scene3d.is_noise].T)
+    assert not np.isin(np.round(labels, 3), np.setdiff1d(np.round(occluded, 3),
+                                                         np.round(speeds, 3))).any()

@@ -43,6 +43,9 @@ def register(subparsers):
                         help='override the number of simulated training sequences')
     parser.add_argument('--batches-per-epoch', type=int, default=None,
                         help='override the batches per epoch')
+    parser.add_argument('--scenes3d', type=int, default=None, metavar='N',
+                        help='add N 3D room scenes (simulate --scene 3d, all trajectories in '
+                             'turn) to the 2D training sequences (default 0)')
     parser.add_argument('--equivariance', choices=('c4', 'd4', 'none'), default=None,
                         help='c4 (default): exactly equivariant to rotations by 90 degrees '
                              '(frequencies in orbits, MLP weights averaged over the group); '
@@ -95,6 +98,10 @@ def run(args):
         overrides['epochs'] = args.epochs
     if args.num_sequences is not None:
         overrides['num_sequences'] = args.num_sequences
+    if args.scenes3d is not None:
+        if not 0 <= args.scenes3d <= 100000:
+            raise ValueError(f'--scenes3d must be in [0, 100000] scenes, got {args.scenes3d}')
+        overrides['scenes3d'] = args.scenes3d
     if args.batches_per_epoch is not None:
         if args.batches_per_epoch < 1:
             raise ValueError(f'--batches-per-epoch must be >= 1, got {args.batches_per_epoch}')

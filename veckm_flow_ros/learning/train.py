@@ -80,6 +80,10 @@ class Recipe:
     height: int = 180
     textures: Tuple[str, ...] = simulate.TRAIN_TEXTURES
     motions: Tuple[str, ...] = simulate.TRAIN_MOTIONS
+    # 3D scenes (learning/simulate3d.py: a camera moving through a room of textured planes,
+    # perspective, creases and outlines, all four trajectories in turn), appended to the
+    # num_sequences 2D scenes; their seeds are apart from the 3D held-out set's.
+    scenes3d: int = 0
     # Typical image speed of a scene, log-uniform in [speed_min_px_s, speed_max_px_s].
     speed_min_px_s: float = simulate.SPEED_RANGE_PX_S[0]
     speed_max_px_s: float = simulate.SPEED_RANGE_PX_S[1]
@@ -142,7 +146,10 @@ RECIPES = {'quick': {}, 'full': FULL_RECIPE, 'full2': FULL2_RECIPE}
 # Fields added after the first models: left out of cache keys at their defaults, so the
 # older recipes keep their cached sequences and banks.
 _NEW_FIELD_DEFAULTS = {'speed_min_px_s': simulate.SPEED_RANGE_PX_S[0],
-                       'speed_max_px_s': simulate.SPEED_RANGE_PX_S[1], 'init_model': ''}
+                       'speed_max_px_s': simulate.SPEED_RANGE_PX_S[1], 'init_model': '',
+                       'scenes3d': 0}
+# First seed of the 3D training scenes (simulate3d.heldout_3d_specs uses 3,700,000 + i).
+TRAIN_3D_SEED = 5_000_000
 
 
 def standard_frequencies(num_features: int, seed: int):
@@ -197,6 +204,8 @@ def _log(message):
 
 def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Path] = None):
     """Return the index-th training sequence (simulated, or read from the cache)."""
+    if index >= recipe.num_sequences:
+        return _training_sequence3d(recipe, index - recipe.num_sequences, cache_dir)
     seed = recipe.seed * 100003 + index
     speed_range = (recipe.speed_min_px_s, recipe.speed_max_px_s)
     path = None
@@ -217,6 +226,29 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.stem + '.partial.npz')
         simulate.save_npz(sequence, temporary)
+        temporary.replace(path)
+    return sequence
+
+
+def _training_sequence3d(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Path]):
+    """The index-th 3D training scene: trajectories in turn, noise 0.02-2 Hz/px, no distortion."""
+    from veckm_flow_ros.learning import simulate3d
+    seed = TRAIN_3D_SEED + recipe.seed * 100003 + index
+    trajectory = simulate3d.TRAJECTORIES[index % len(simulate3d.TRAJECTORIES)]
+    path = None
+    if cache_dir is not None:
+        path = cache_dir / (f'train3d_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
+                            f'{trajectory}_{seed}.npz')
+        if path.is_file():
+            return simulate3d.load_npz3d(path)
+    noise_hz = float(np.exp(np.random.default_rng(seed).uniform(np.log(0.02), np.log(2.0))))
+    scene = simulate3d.make_scene3d(trajectory, seed=seed, width=recipe.width,
+                                    height=recipe.height, noise_hz=noise_hz)
+    sequence = simulate3d.simulate3d(scene, recipe.duration_s, seed=seed)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.stem + '.partial.npz')
+        simulate3d.save_npz3d(sequence, temporary)
         temporary.replace(path)
     return sequence
 
@@ -244,6 +276,9 @@ def sequence_features(sequence, recipe: Recipe, freq, rng: np.random.Generator):
     block_ns = int(round(recipe.block_s * 1e9))
     duration_ns = int(events.t_ns[-1]) if len(events) else 0
     signal = ~sequence.is_noise
+    # Events at a 3D scene's depth edges carry the ground truth of the surface at the pixel
+    # centre, not necessarily of the contour that fired them: never a target.
+    trusted = signal & ~np.asarray(getattr(sequence, 'at_occlusion', np.zeros(len(signal), bool)))
     features, flows = [], []
     for _ in range(recipe.blocks_per_sequence):
         # Centres at least tau from both ends, so every context window is complete.
@@ -253,7 +288,7 @@ def sequence_features(sequence, recipe: Recipe, freq, rng: np.random.Generator):
         lo, hi = np.searchsorted(events.t_ns, [centre - tau_ns, centre + tau_ns + 1])
         tlo, thi = np.searchsorted(events.t_ns, [centre - block_ns // 2,
                                                  centre + block_ns // 2 + 1])
-        candidates = np.arange(tlo, thi)[signal[tlo:thi]]
+        candidates = np.arange(tlo, thi)[trusted[tlo:thi]]
         if len(candidates) == 0:
             continue
         count = min(recipe.targets_per_block, len(candidates))
@@ -291,15 +326,16 @@ def build_feature_bank(recipe: Recipe, freq, cache_dir=None, log: Callable = _lo
     rng = np.random.default_rng(recipe.seed + 7)
     features, flows, groups = [], [], []
     start = time.perf_counter()
-    for index in range(recipe.num_sequences):
+    total_sequences = recipe.num_sequences + recipe.scenes3d
+    for index in range(total_sequences):
         sequence = training_sequence(recipe, index, cache_dir)
         block_features, block_flow = sequence_features(sequence, recipe, freq, rng)
         features.append(block_features)
         flows.append(block_flow)
         groups.append(np.full(len(block_flow), index, np.int32))
-        if (index + 1) % 10 == 0 or index + 1 == recipe.num_sequences:
+        if (index + 1) % 10 == 0 or index + 1 == total_sequences:
             total = sum(len(f) for f in flows)
-            log(f'  bank: {index + 1}/{recipe.num_sequences} sequences, {total} samples, '
+            log(f'  bank: {index + 1}/{total_sequences} sequences, {total} samples, '
                 f'{time.perf_counter() - start:.0f} s')
     return np.concatenate(features), np.concatenate(flows), np.concatenate(groups)
 
@@ -609,7 +645,8 @@ def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
             features, flow, groups = bank['features'], bank['flow'], bank['groups']
         log(f'feature bank: {len(flow)} samples from {bank_path}')
     else:
-        log(f'feature bank: simulating {recipe.num_sequences} sequences and encoding '
+        scenes3d = f' + {recipe.scenes3d} 3D' if recipe.scenes3d else ''
+        log(f'feature bank: simulating {recipe.num_sequences}{scenes3d} sequences and encoding '
             f'(r = {recipe.pixel_radius}, tau = {recipe.tau_s * 1e3:g} ms)')
         features, flow, groups = build_feature_bank(recipe, freq, work_dir / 'sequences', log)
         np.savez(bank_path, features=features, flow=flow, groups=groups)
@@ -632,6 +669,7 @@ def train(recipe: Recipe, out_path, work_dir, resume=False, name=None,
             'data': {'simulator': 'veckm_flow_ros.learning.simulate',
                      'textures': list(recipe.textures),
                      'motions': list(recipe.motions), 'sequences': recipe.num_sequences,
+                     'scenes3d': recipe.scenes3d,
                      'sensor_size': [recipe.width, recipe.height],
                      'samples': int(len(flow))},
             'recipe': recipe.to_json(),
