@@ -16,7 +16,8 @@
 Block length and cheap ensembles: held-out accuracy at the node's defaults, and CPU cost.
 
     python3 benchmarks/bench_block_views.py [--blocks-ms 16 18 20 22 24] [--noise-hz 1.0]
-                                            [--parts accuracy cost] [--repeats 5]
+                                            [--parts accuracy real cost] [--repeats 5]
+                                            [--phases 0 0.333 0.667]
 
 Everything runs through NormalFlowEstimator, centred blocks, every event a target, one torch
 thread, for each block length of --blocks-ms (the node's automatic block is 2 tau).
@@ -27,6 +28,9 @@ validity filter keeps (min_validity of stream/parameters.py). Three flows per ev
 pass: `plain` (the model's prediction, what the node publishes), `tr` (mean of the plain and
 the time-reversed view: complex-conjugated features, one encoding and two MLP passes) and
 `full` (the mean of the whole ensemble of core/confidence.py: the node's rotation_mean_flow).
+
+real: the share of each real recording's events (--recordings) that keep a flow at each block
+length (the noise-only recording codecs_test_data_libcaer_rollover: goal <= 10 %).
 
 cost: thread CPU time of the estimator's pushes (1 ms packets) plus packing the ~/flow points,
 per block and per input event, on the demo scene and the real recordings; `plain` at each
@@ -60,12 +64,13 @@ def time_reversed_mean(model, features):
 
 
 def views_estimator(model, width, height, block_s, views, min_validity=0.0):
-    """An estimator whose blocks carry `views_px_s` float32 [M, 2 * len(views)]."""
+    """Return an estimator whose blocks carry `views_px_s` float32 [M, 2 * len(views)]."""
     from veckm_flow_ros import ops
     from veckm_flow_ros.core.confidence import ensemble_flows
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
 
     class Views(NormalFlowEstimator):
+
         def _encode_and_predict(self, context, targets):
             t_ns, x, y = context
             if isinstance(targets, tuple):
@@ -93,43 +98,79 @@ def views_estimator(model, width, height, block_s, views, min_validity=0.0):
     return Views(model, width, height, block_s=block_s, min_validity=min_validity)
 
 
-def accuracy_table(model, blocks_ms, noise_hz, min_validity):
+def accuracy_table(model, blocks_ms, noise_hz, min_validity, phases):
     from veckm_flow_ros.core.metrics import flow_metrics
     from veckm_flow_ros.offline.evaluate import heldout_sequences
     sequences = heldout_sequences(noise_rate_hz_per_px=noise_hz)
     truth = np.concatenate([s.flow_px_s for s in sequences.values()])
     noise = np.concatenate([s.is_noise for s in sequences.values()])
     _log(f'\naccuracy: held-out set, {noise_hz:g} Hz/px background activity in every scene, '
-         f'{int((~noise).sum()):,} signal events scored; kept = validity >= {min_validity:g}')
+         f'{int((~noise).sum()):,} signal events scored; kept = validity >= {min_validity:g}; '
+         f'block boundaries shifted by {phases} of a block (pooled over the shifts; '
+         f'"range": the lowest and highest %Pos kept of a single shift)')
     _log(f'{"block ms":>8} {"view":<6} {"signal kept %":>13} {"%Pos all":>8} '
-         f'{"%Pos kept":>9} {"rPEE all":>8} {"rPEE kept":>9} {"s":>5}')
+         f'{"%Pos kept":>9} {"range":>13} {"rPEE all":>8} {"rPEE kept":>9} {"s":>5}')
     for block_ms in blocks_ms:
         start = time.perf_counter()
-        flows, kept = [], []
-        for sequence in sequences.values():
-            estimator = views_estimator(model, sequence.width, sequence.height,
-                                        block_ms * 1e-3, VIEWS)
-            blocks = []
-            for begin in range(0, len(sequence.events), 200_000):
-                blocks += estimator.push(sequence.events[begin:begin + 200_000])
-            blocks += estimator.flush()
-            flow = np.full((len(sequence.events), 2 * len(VIEWS)), np.nan, np.float32)
-            valid = np.zeros(len(sequence.events), bool)
-            for block in blocks:
-                flow[block.event_index] = block.views_px_s
-                valid[block.event_index] = block.validity >= min_validity
-            flows.append(flow)
-            kept.append(valid)
+        flows, kept, per_phase = [], [], []
+        for phase in phases:
+            phase_flows, phase_kept = _phase_flows(model, sequences, block_ms, phase,
+                                                   min_validity)
+            flows.append(phase_flows)
+            kept.append(phase_kept)
+            per_phase.append([flow_metrics(phase_flows[:, 2 * n:2 * n + 2], truth,
+                                           mask=phase_kept)['pos'] for n in range(len(VIEWS))])
         flow, kept = np.concatenate(flows), np.concatenate(kept)
         seconds = time.perf_counter() - start
+        all_truth, all_noise = np.concatenate([truth] * len(phases)), \
+            np.concatenate([noise] * len(phases))
         for number, view in enumerate(VIEWS):
             view_flow = flow[:, 2 * number:2 * number + 2]
-            all_scores = flow_metrics(view_flow, truth)
-            kept_scores = flow_metrics(view_flow, truth, mask=kept)
-            _log(f'{block_ms:>8g} {view:<6} {100 * kept[~noise].mean():>13.2f} '
+            all_scores = flow_metrics(view_flow, all_truth)
+            kept_scores = flow_metrics(view_flow, all_truth, mask=kept)
+            low = 100 * min(pos[number] for pos in per_phase)
+            high = 100 * max(pos[number] for pos in per_phase)
+            _log(f'{block_ms:>8g} {view:<6} {100 * kept[~all_noise].mean():>13.2f} '
                  f'{100 * all_scores["pos"]:>8.2f} {100 * kept_scores["pos"]:>9.2f} '
+                 f'{f"{low:.2f}-{high:.2f}":>13} '
                  f'{all_scores["rel_pee"]:>8.3f} {kept_scores["rel_pee"]:>9.3f} '
                  f'{seconds:>5.0f}')
+
+
+def _phase_flows(model, sequences, block_ms, phase, min_validity):
+    """Flows [N, 2 * len(VIEWS)] and kept [N] of the set, block starts shifted by `phase`."""
+    flows, kept = [], []
+    for sequence in sequences.values():
+        estimator = views_estimator(model, sequence.width, sequence.height,
+                                    block_ms * 1e-3, VIEWS)
+        # The first block starts phase * block before the first event (0: at it).
+        estimator._block_start_ns = int(sequence.events.t_ns[0]) - \
+            int(round(phase * block_ms * 1e6))
+        blocks = []
+        for begin in range(0, len(sequence.events), 200_000):
+            blocks += estimator.push(sequence.events[begin:begin + 200_000])
+        blocks += estimator.flush()
+        flow = np.full((len(sequence.events), 2 * len(VIEWS)), np.nan, np.float32)
+        valid = np.zeros(len(sequence.events), bool)
+        for block in blocks:
+            flow[block.event_index] = block.views_px_s
+            valid[block.event_index] = block.validity >= min_validity
+        flows.append(flow)
+        kept.append(valid)
+    return np.concatenate(flows), np.concatenate(kept)
+
+
+def real_table(model, data, blocks_ms, min_validity):
+    _log(f'\nreal recordings: share of events keeping a flow (min_validity {min_validity:g})')
+    _log(f'{"recording":<36} ' + ' '.join(f'{f"{b:g} ms %":>9}' for b in blocks_ms))
+    from veckm_flow_ros.core.estimator import NormalFlowEstimator
+    for name, (events, width, height) in data.items():
+        shares = []
+        for block_ms in blocks_ms:
+            estimator = NormalFlowEstimator(model, width, height, block_s=block_ms * 1e-3,
+                                            min_validity=min_validity)
+            shares.append(len(estimator.estimate_all(events)) / max(len(events), 1))
+        _log(f'{name:<36} ' + ' '.join(f'{100 * share:>9.2f}' for share in shares))
 
 
 def cpu_per_block(model, packets, width, height, block_ms, view, min_validity):
@@ -192,11 +233,15 @@ def main():
                         help='block lengths of the cost part [ms] (default: --blocks-ms)')
     parser.add_argument('--noise-hz', type=float, default=1.0,
                         help='background activity of the held-out scenes [Hz per pixel]')
+    parser.add_argument('--phases', type=float, nargs='+', default=[0.0],
+                        help='shifts of the block boundaries, fractions of a block in [0, 1) '
+                             '(accuracy part; the estimator starts its first block at the '
+                             'first event: 0)')
     parser.add_argument('--recordings', default=None,
                         help='folder of recorded bags (default: ../shared/data/recordings)')
     parser.add_argument('--repeats', type=int, default=5, help='interleaved cost repeats')
-    parser.add_argument('--parts', nargs='+', default=['accuracy', 'cost'],
-                        choices=('accuracy', 'cost'))
+    parser.add_argument('--parts', nargs='+', default=['accuracy', 'real', 'cost'],
+                        choices=('accuracy', 'real', 'cost'))
     args = parser.parse_args()
     if any(not 0 < block_ms <= 1000 for block_ms in args.blocks_ms):
         parser.error(f'--blocks-ms must be in (0, 1000] ms, got {args.blocks_ms}')
@@ -211,16 +256,19 @@ def main():
          f'equivariance {model.equivariance}), centred blocks {args.blocks_ms} ms, torch '
          f'{torch.__version__}, 1 thread')
     if 'accuracy' in args.parts:
-        accuracy_table(model, args.blocks_ms, args.noise_hz, min_validity)
+        accuracy_table(model, args.blocks_ms, args.noise_hz, min_validity, args.phases)
+    folder = pathlib.Path(args.recordings or SHARED_RECORDINGS)
+    data = recordings(folder) if folder.is_dir() else {}
+    if not data:
+        _log(f'no recordings under {folder}: real rows left out')
+    if 'real' in args.parts:
+        real_table(model, data, args.blocks_ms, min_validity)
     if 'cost' in args.parts:
         demo = np.load(DEMO_NPZ)
         inputs = {'demo_scene (synthetic)': (
             EventArray(demo['t'].astype(np.int64), demo['x'], demo['y'], demo['p']),
             int(demo['width']), int(demo['height']))}
-        folder = pathlib.Path(args.recordings or SHARED_RECORDINGS)
-        if folder.is_dir():
-            inputs.update({name: value for name, value in recordings(folder).items()
-                           if len(value[0]) > 10_000})
+        inputs.update({name: value for name, value in data.items() if len(value[0]) > 10_000})
         cost_table(model, inputs, args.cost_blocks_ms or args.blocks_ms, args.repeats,
                    min_validity)
 
