@@ -17,6 +17,7 @@ Warp score (offline/warp_score.py) of our model, the published weights and plane
 
     .venv/bin/python benchmarks/warp_score_real.py [--set real|simulated|both|timing]
         [--published 640x480_32ms_C64_k8 ...] [--windows-ms 50 20] [--min-validity V]
+        [--block-ms 5 ...] [--no-planefit]
 
 real: every bag under --recordings (default ../shared/data/recordings), all events (or the
 first --max-events), every method through the code path of `veckm-flow evaluate`. Printed per
@@ -33,6 +34,10 @@ scores our flow on only the events plane fitting gives a flow to.
 timing: the seconds the warp score alone takes on a synthetic 1-minute 640x480 stream of
 200k events/s (edges moving at 300 px/s with their exact flow), with the default cap of
 windows and with every window.
+
+--block-ms B ...: the estimator's block length [ms] for every model (default 5; 0: the node's
+automatic block, 2 tau of each model); with several, each model runs at each (method names
+end in "@ B ms").
 
 --min-validity V scores only the flows whose estimator validity (FlowBlock.validity) is at
 least V; plane fitting, which has no validity, keeps its own acceptance test.
@@ -167,6 +172,10 @@ def main(argv=None):
     parser.add_argument('--min-validity', type=float, default=None,
                         help='score only flows with estimator validity >= this (0..1; the '
                              'node publishes with 0.5, stream/parameters.py)')
+    parser.add_argument('--block-ms', type=float, nargs='+', default=[5.0],
+                        help="estimator block length(s) [ms] of the models (0: the node's "
+                             'automatic 2 tau)')
+    parser.add_argument('--no-planefit', action='store_true', help='leave plane fitting out')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
     if args.threads:
@@ -175,16 +184,29 @@ def main(argv=None):
         return time_one_minute()
     if args.min_validity is not None and not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
+    if any(not 0 <= block_ms <= 1000 for block_ms in args.block_ms):
+        parser.error(f'--block-ms must be in [0, 1000] ms (0: automatic), got {args.block_ms}')
+    from veckm_flow_ros.core.estimator import automatic_block_s
+
+    def model_methods(label, model):
+        """{name: method} of `model` at each --block-ms."""
+        found = {}
+        for block_ms in args.block_ms:
+            block_s = block_ms * 1e-3 or automatic_block_s(model.tau_s)
+            suffix = f' @ {block_s * 1e3:g} ms' if len(args.block_ms) > 1 else ''
+            found[label + suffix] = evaluate.model_method(model, block_s)
+        return found
     ours = load_model(args.model)
-    ours_method = f'ours {ours.name}'
-    methods = {ours_method: evaluate.model_method(ours)}
+    methods = model_methods(f'ours {ours.name}', ours)
+    ours_method = next(iter(methods))
     for name in args.published:
         folder = args.published_dir / name
         if not folder.is_dir():
             _log(f'skipping published {name}: {folder} not found')
             continue
-        methods[f'published {name}'] = evaluate.model_method(load_model(folder))
-    methods['plane fit'] = evaluate.planefit_method()
+        methods.update(model_methods(f'published {name}', load_model(folder)))
+    if not args.no_planefit:
+        methods['plane fit'] = evaluate.planefit_method()
     _log(f'methods: {", ".join(methods)}; torch threads {torch.get_num_threads()}; '
          f'min validity {args.min_validity}')
 
