@@ -231,7 +231,7 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
 
 
 def _training_sequence3d(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Path]):
-    """The index-th 3D training scene: trajectories in turn, noise 0.02-2 Hz/px, no distortion."""
+    """Return the index-th 3D training scene (trajectories in turn, noise 0.02-2 Hz/px)."""
     from veckm_flow_ros.learning import simulate3d
     seed = TRAIN_3D_SEED + recipe.seed * 100003 + index
     trajectory = simulate3d.TRAJECTORIES[index % len(simulate3d.TRAJECTORIES)]
