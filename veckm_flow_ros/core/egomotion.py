@@ -165,42 +165,44 @@ def fibonacci_sphere(count: int) -> np.ndarray:
     return np.stack([radius * np.cos(angle), radius * np.sin(angle), z], axis=1)
 
 
-def _outer(first, second=None):
-    """Return the (K, 9) outer products first second^T of rows (K, 3), row-major."""
-    second = first if second is None else second
-    return (first[:, :, None] * second[:, None, :]).reshape(len(first), 9)
+# The six distinct products of a row (x, y, z) with itself: x x, y y, z z, x y, x z, y z.
+_SQ_FIRST, _SQ_SECOND = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2])
+# Per-flow tables hold the mixed products twice: a direction's six products then give the
+# quadratic form d^T S d of the symmetric 3x3 sum S in one dot product.
+_SQ_TWICE = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
 
 
-def _cell_sums(window, columns):
-    """Per-cell sums of the rows of each (N, k) array: one bincount for all of them."""
-    values = np.concatenate(columns, axis=1)
-    width = values.shape[1]
-    index = (window.cell[:, None] * width + np.arange(width)).reshape(-1)
-    sums = np.bincount(index, values.reshape(-1), window.num_cells * width)
-    sums = sums.reshape(window.num_cells, width)
-    parts = np.cumsum([0] + [column.shape[1] for column in columns])
-    return [sums[:, lo:hi] for lo, hi in zip(parts[:-1], parts[1:])]
+def _squares(rows):
+    """Return the (K, 6) products x x, y y, z z, x y, x z, y z of the rows (K, 3)."""
+    return rows[:, _SQ_FIRST] * rows[:, _SQ_SECOND]
+
+
+# Cofactor [i, j] of a 3x3 matrix (row-major index 3 i + j) is h[i+1, j+1] h[i+2, j+2] -
+# h[i+1, j+2] h[i+2, j+1], indices mod 3 (the cyclic form carries the sign).
+_COFACTOR = np.array([[3 * ((i + di) % 3) + (j + dj) % 3 for i in range(3) for j in range(3)]
+                      for di, dj in ((1, 1), (2, 2), (1, 2), (2, 1))])
 
 
 def _solve3(h, rhs):
     """Solve the 3x3 systems h (K, 3, 3) x = rhs (K, 3) by the adjugate (fast for small K)."""
-    c0 = np.cross(h[:, 1], h[:, 2])
-    c1 = np.cross(h[:, 2], h[:, 0])
-    c2 = np.cross(h[:, 0], h[:, 1])
-    det = np.einsum('ki,ki->k', h[:, 0], c0)
+    flat = h.reshape(len(h), 9)
+    cof = flat[:, _COFACTOR[0]] * flat[:, _COFACTOR[1]] - \
+        flat[:, _COFACTOR[2]] * flat[:, _COFACTOR[3]]
+    det = np.einsum('ki,ki->k', flat[:, :3], cof[:, :3])
     det = np.where(np.abs(det) > 1e-300, det, 1e-300)
-    # inverse = [c0 c1 c2] / det (columns), so x = (c0 rhs0 + c1 rhs1 + c2 rhs2) / det
-    return (c0 * rhs[:, :1] + c1 * rhs[:, 1:2] + c2 * rhs[:, 2:]) / det[:, None]
+    # inverse = cofactor^T / det
+    return np.einsum('kji,kj->ki', cof.reshape(-1, 3, 3), rhs) / det[:, None]
 
 
 def _tangent_basis(d):
-    """Two unit vectors orthogonal to unit d (and to each other)."""
+    """Return (2, 3): two unit vectors orthogonal to unit d (and to each other)."""
     x, y, z = (float(value) for value in d)
     # d x e_x or d x e_y, whichever is better conditioned
-    e1 = np.array([0.0, z, -y]) if abs(x) < 0.9 else np.array([-z, 0.0, x])
-    e1 /= math.sqrt(float(e1 @ e1))
-    e2 = np.array([y * e1[2] - z * e1[1], z * e1[0] - x * e1[2], x * e1[1] - y * e1[0]])
-    return e1, e2
+    e1 = (0.0, z, -y) if abs(x) < 0.9 else (-z, 0.0, x)
+    scale = 1.0 / math.sqrt(e1[0] ** 2 + e1[1] ** 2 + e1[2] ** 2)
+    e1 = (e1[0] * scale, e1[1] * scale, e1[2] * scale)
+    return np.array([e1, (y * e1[2] - z * e1[1], z * e1[0] - x * e1[2],
+                          x * e1[1] - y * e1[0])])
 
 
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
@@ -208,20 +210,35 @@ _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3,
 
 
 class _Window:
-    """The usable flows of one window in normalized form (see the module doc)."""
+    """
+    The usable flows of one window in normalized form (see the module doc).
+
+    The flows are sorted by depth cell (cell k holds flows starts[k]:starts[k + 1]), so the
+    per-cell sums are one np.add.reduceat; input_rank[j] is where the j-th flow in input
+    order went.
+    """
 
     def __init__(self, a, g, m, weight, validity, slow, cell, num_cells, region):
-        self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
-        self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
-        self.validity = validity                  # (N,) input weight alone
-        self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
-        self.robust = np.ones_like(m)             # (N,) Huber weights
-        self.cell = cell                          # (N,) depth cell index
+        order = np.argsort(cell, kind='stable')
+        self.a, self.g, self.m = a[order], g[order], m[order]  # (N, 3), (N, 3), (N,)
+        self.weight = weight[order]               # (N,) fit weight: validity / (|flow| + floor)
+        self.validity = validity[order]           # (N,) input weight alone
+        self.slow = slow[order]                   # (N,) s^2 / (s^2 + slow_flow_px_s^2)
+        self.robust = np.ones_like(self.m)        # (N,) Huber weights
+        self.cell = cell[order]                   # (N,) depth cell index, sorted
         self.num_cells = num_cells
-        self.region = region                      # (N,) time-to-contact region index
+        self.region = region[order]               # (N,) time-to-contact region index
+        self.starts = np.searchsorted(self.cell, np.arange(num_cells))
+        self.input_rank = np.empty_like(order)
+        self.input_rank[order] = np.arange(len(order))
+        self.aa = _squares(self.a) * _SQ_TWICE   # (N, 6) a a^T, mixed products twice
 
     def __len__(self):
         return len(self.m)
+
+    def cell_sums(self, table, weight):
+        """Per-cell sums (C, k) of the rows of table (N, k) times weight (N,)."""
+        return np.add.reduceat(table * weight[:, None], self.starts, axis=0)
 
 
 class EgomotionEstimator:
@@ -236,8 +253,9 @@ class EgomotionEstimator:
         self.config = (config or EgomotionConfig()).check()
         self._sphere = fibonacci_sphere(self.config.sphere_directions)
         # The sign vote's grid: half the sphere and its mirror image (|a . d| is the same for
-        # d and -d, so numpy could share it; the grid is antipodal for that reason).
+        # d and -d, so both halves share one product, see _sign_grid).
         half = self._sphere[self._sphere[:, 2] >= 0]
+        self._sign_half = half
         self._sign_sphere = np.concatenate([half, -half])
         self._previous = None  # the last window's direction: one more start of the search
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
@@ -366,14 +384,14 @@ class EgomotionEstimator:
         cols = -(-self.camera.width // config.cell_px)
         cell = (yi // config.cell_px) * cols + xi // config.cell_px
         # Cells with too few flows tell nothing about depth: leave their flows out.
-        counts = np.bincount(cell)
-        used = counts[cell] >= config.min_cell_flows
-        cell_ids, cell = np.unique(cell[used], return_inverse=True)
+        present = np.bincount(cell) >= config.min_cell_flows
+        used = present[cell]
+        cell = (np.cumsum(present) - 1)[cell[used]]  # cells numbered 0.. in image order
         rows_ttc, cols_ttc = config.ttc_grid
         region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
             (xi[used] * cols_ttc) // self.camera.width)
         return _Window(a[used], g[used], m[used], w[used], validity[used], slow[used], cell,
-                       len(cell_ids), region)
+                       int(np.count_nonzero(present)), region)
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
@@ -386,6 +404,9 @@ class EgomotionEstimator:
         window.weight = window.weight * window.slow
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
+        # Per flow a a^T, a r, r^2: every fit below sums this table per cell with its weights.
+        table = np.concatenate([window.aa, window.a * r[:, None], (r * r)[:, None]], axis=1)
+        start_stats = self._cell_stats_known(window, table)
         direction = None
         coarse_rounds = 1
         if config.sign_start:
@@ -394,14 +415,16 @@ class EgomotionEstimator:
             # how far their derotated flow stands out of the rotational flow's error.
             trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
             signed = window.weight * window.robust * trust * np.sign(r)
-            # At most sign_flows flows (evenly spread): the vote needs no more.
-            step = -(-len(r) // config.sign_flows)
-            a_sign, signed_sign = window.a[::step], signed[::step]
+            # At most sign_flows flows (evenly spread in input order): the vote needs no more.
+            pick = window.input_rank[::-(-len(r) // config.sign_flows)]
+            a_sign, signed_sign = window.a[pick], signed[pick]
             direction = self._search(lambda dirs: self._cost_sign(a_sign, signed_sign, dirs),
-                                     None, coarse=True, sphere=self._sign_sphere)
+                                     None, coarse=True,
+                                     grid=self._sign_grid(a_sign, signed_sign))
             coarse_rounds = -1
         robust = window.robust
-        direction, stats = self._fit_known(window, r, direction, coarse_rounds)
+        direction, stats = self._fit_known(window, r, table, start_stats, direction,
+                                           coarse_rounds)
         if config.sign_start:
             # The least squares from the sign start refine it only locally: magnitude errors
             # can put their global minimum elsewhere (e.g. the opposite direction). Their
@@ -409,7 +432,7 @@ class EgomotionEstimator:
             # (flows of exact magnitude: a sign start in a wrong basin).
             local_robust = window.robust
             window.robust = robust
-            other, other_stats = self._fit_known(window, r, None, 1)
+            other, other_stats = self._fit_known(window, r, table, start_stats, None, 1)
             costs = self._cost_sign(window.a, signed, np.stack([direction, other]))
             if costs[1] <= costs[0] * (1.0 + config.sign_tolerance):
                 direction, stats = other, other_stats
@@ -418,15 +441,28 @@ class EgomotionEstimator:
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
 
-    def _fit_known(self, window, r, direction, coarse_rounds):
-        """Least-squares direction for derotated flows r with Huber rounds: (d, stats)."""
+    def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds):
+        """
+        Least-squares direction for derotated flows r with Huber rounds: (d, stats).
+
+        table: the per-flow products of _solve_gyro; start_stats: its cell sums with the
+        current Huber weights.
+        """
+        stats = start_stats
         for iteration in range(self.config.robust_iterations + 1):
-            stats = self._cell_stats_known(window, r)
+            if iteration:
+                stats = self._cell_stats_known(window, table)
             direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
                                      coarse=iteration <= coarse_rounds)
             if iteration < self.config.robust_iterations:
-                self._reweight(window, r, self._cell_fit(window, r, direction))
+                self._reweight(window, r, self._cell_fit(window, r, stats, direction))
         return direction, stats
+
+    def _sign_grid(self, a, signed):
+        """The sign vote's sphere grid and its costs (see _cost_sign): |a . d| once per pair."""
+        absolute = np.abs(signed) @ np.abs(a @ self._sign_half.T)
+        linear = self._sign_half @ (a.T @ signed)
+        return self._sign_sphere, 0.5 * np.concatenate([absolute - linear, absolute + linear])
 
     @staticmethod
     def _cost_sign(a, signed, dirs):
@@ -440,117 +476,119 @@ class EgomotionEstimator:
         return 0.5 * (absolute - dirs @ (a.T @ signed))
 
     @staticmethod
-    def _cell_stats_known(window, r):
-        w = window.weight * window.robust
-        a = window.a
-        wa = a * w[:, None]
-        aa, ar = _cell_sums(window, [_outer(wa, a), wa * r[:, None]])
-        return aa, ar, float(np.sum(w * r * r))
+    def _cell_stats_known(window, table):
+        """Per-cell sums of a a^T (6 values), a r (3) and r^2 (1) with the fit's weights."""
+        sums = window.cell_sums(table, window.weight * window.robust)
+        return sums[:, :6], sums[:, 6:9], float(sums[:, 9].sum())
 
     @staticmethod
     def _cost_known(stats, dirs):
         """Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb."""
         aa, ar, total = stats
-        s_bb = _outer(dirs) @ aa.T
-        s_br = dirs @ ar.T
-        gain = np.maximum(s_br, 0.0) ** 2 / np.maximum(s_bb, 1e-300)
-        return total - gain.sum(axis=1)
+        s_bb = _squares(dirs) @ aa.T
+        s_br = np.maximum(dirs @ ar.T, 0.0)
+        return total - (s_br * s_br / np.maximum(s_bb, 1e-300)).sum(axis=1)
 
     # ---- without a gyroscope --------------------------------------------------------------
 
     def _solve_free(self, window):
         """Direction and omega together: cell depths and omega by least squares per direction."""
-        self._reweight(window, window.m, window.m)  # caps gross outliers before any fit
+        a, g, m = window.a, window.g, window.m
+        self._reweight(window, m, m)  # caps gross outliers before any fit
+        # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
+        table = np.concatenate([window.aa, a * m[:, None],
+                                (g[:, :, None] * a[:, None, :]).reshape(len(m), 9)], axis=1)
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
-            stats = self._cell_stats_free(window)
+            stats = self._cell_stats_free(window, table)
             direction = self._search(lambda dirs: self._cost_free(stats, dirs)[0], direction,
                                      coarse=iteration <= 1)
             omega = self._cost_free(stats, direction[None])[1][0]
-            r = window.m - window.g @ omega
+            r = m - g @ omega
+            # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
+            ar = stats[1] - np.einsum('cij,i->cj', stats[2].reshape(-1, 3, 3), omega)
+            known = stats[0], ar, float(np.sum(window.weight * window.robust * r * r))
             if iteration < self.config.robust_iterations:
-                self._reweight(window, r, self._cell_fit(window, r, direction))
+                self._reweight(window, r, self._cell_fit(window, r, known, direction))
         # The explained share of the flow left after rotation, as with a gyroscope.
-        stats_r = self._cell_stats_known(window, r)
-        fit = 1.0 - float(self._cost_known(stats_r, direction[None])[0]) / max(stats_r[2],
-                                                                               1e-300)
+        fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
 
     @staticmethod
-    def _cell_stats_free(window):
+    def _cell_stats_free(window, table):
+        """Cell sums of a a^T (6), a m (3), g a^T (9); sums of g g^T, g m and m^2."""
         w = window.weight * window.robust
-        a, g, m = window.a, window.g, window.m
-        cells = window.num_cells
-        wa = a * w[:, None]
-        aa9, am, ga = _cell_sums(window, [_outer(wa, a), wa * m[:, None], _outer(g, wa)])
-        ga = ga.reshape(cells, 3, 3)
-        # gaga[c, (j, j'), (i, i')] = ga[c, i, j] ga[c, i', j']
-        gaga = np.einsum('cij,ckl->cjlik', ga, ga).reshape(cells, 81)
-        gg = (g * w[:, None]).T @ g
-        gm = (g * w[:, None]).T @ m
-        return aa9, am, ga.reshape(cells, 9), gaga, gg, gm, float(np.sum(w * m * m))
+        sums = window.cell_sums(table, w)
+        wg = window.g * w[:, None]
+        g, m = window.g, window.m
+        return (sums[:, :6], sums[:, 6:9], sums[:, 9:].reshape(-1, 3), wg.T @ g, wg.T @ m,
+                float(np.sum(w * m * m)))
 
     @staticmethod
     def _cost_free(stats, dirs):
         """
         Residual (K,) and omega (K, 3) per direction (K, 3), cell depths eliminated.
 
-        Every sum over cells is a matrix product with per-cell tables (aa, ga, ga x ga), so
-        a direction costs O(cells) multiply-adds in BLAS.
+        Per direction and cell, S_c = (sum of w g a^T) d; every sum over cells is then a
+        (batched) matrix product, so a direction costs O(cells) multiply-adds.
         """
-        aa9, am, ga9, gaga, gg, gm, total = stats
+        aa, am, ga, gg, gm, total = stats          # ga: (3 C, 3), rows (cell, i)
         count = len(dirs)
-        dd = _outer(dirs)
-        inv = 1.0 / np.maximum(dd @ aa9.T, 1e-300)                                 # (K, C)
+        inv = 1.0 / np.maximum(_squares(dirs) @ aa.T, 1e-300)                     # (K, C)
         s_bm = dirs @ am.T                                                         # (K, C)
-        q = s_bm * inv
-        h = gg[None] - (dd[:, None, :] @ (inv @ gaga).reshape(count, 9, 9)).reshape(count, 3, 3)
-        rhs = gm[None] - ((q @ ga9).reshape(count, 3, 3) @ dirs[..., None])[..., 0]
+        s = (dirs @ ga.T).reshape(count, -1, 3)                                    # (K, C, 3)
+        si = s * inv[:, :, None]
+        h = gg[None] - np.swapaxes(si, 1, 2) @ s                                   # (K, 3, 3)
+        rhs = gm[None] - (s_bm[:, None, :] @ si)[:, 0]                             # (K, 3)
         h += np.eye(3)[None] * (1e-12 * np.trace(gg))
         omega = _solve3(h, rhs)
         # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
-        s_br = s_bm - _outer(omega, dirs) @ ga9.T                                   # (K, C)
+        s_br = np.maximum(s_bm - (s @ omega[:, :, None])[:, :, 0], 0.0)            # (K, C)
         total_r = total - 2.0 * omega @ gm + np.einsum('ki,ij,kj->k', omega, gg, omega)
-        cost = total_r - (np.maximum(s_br, 0.0) ** 2 * inv).sum(axis=1)
+        cost = total_r - (s_br * s_br * inv).sum(axis=1)
         return cost, omega
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse, sphere=None):
+    def _search(self, cost, direction, coarse, grid=None):
         """
         Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
 
         coarse: start from the best of the sphere grid (and of `direction` and the previous
-        window's estimate, when given); else from `direction` with a finer first step. Then
+        window's estimate, when given); grid: (directions, their costs) of another grid
+        already evaluated. Else start from `direction` with a finer first step. Then
         refine_steps rounds of a 7x7 grid of +-step in the tangent plane around the best
         point so far, the step shrinking 3x per round.
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
-            sphere = self._sphere if sphere is None else sphere
-            candidates = [sphere] + [d[None] for d in (direction, self._previous)
-                                     if d is not None]
-            candidates = np.concatenate(candidates)
-            direction = candidates[int(np.argmin(cost(candidates)))]
+            extra = [d[None] for d in (direction, self._previous) if d is not None]
+            if grid is None:
+                candidates = np.concatenate([self._sphere] + extra)
+                costs = cost(candidates)
+            else:
+                candidates = np.concatenate([grid[0]] + extra)
+                costs = grid[1]
+                if extra:
+                    costs = np.concatenate([costs, cost(np.concatenate(extra))])
+            direction = candidates[int(np.argmin(costs))]
         else:
             step *= 0.25
         for _ in range(self.config.refine_steps):
-            e1, e2 = _tangent_basis(direction)
-            dirs = direction[None] + step * (_PATTERN[:, :1] * e1 + _PATTERN[:, 1:] * e2)
+            dirs = direction + (step * _PATTERN) @ _tangent_basis(direction)
             dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
             direction = dirs[int(np.argmin(cost(dirs)))]
             step /= 3.0
         return direction
 
     @staticmethod
-    def _cell_fit(window, r, direction):
+    def _cell_fit(window, r, stats, direction):
         """Per-flow residual of the cell-depth fit (cells with negative depth not fitted)."""
-        w = window.weight * window.robust
-        b = window.a @ direction
-        s_bb = np.bincount(window.cell, w * b * b, window.num_cells)
-        s_br = np.bincount(window.cell, w * b * r, window.num_cells)
+        aa, ar, _ = stats
+        s_bb = aa @ _squares(direction[None])[0]
+        s_br = ar @ direction
         rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
-        return r - np.maximum(rho, 0.0)[window.cell] * b
+        return r - np.maximum(rho, 0.0)[window.cell] * (window.a @ direction)
 
     def _reweight(self, window, r, residual):
         """Huber weights from the residuals (robust scale: median absolute residual)."""
