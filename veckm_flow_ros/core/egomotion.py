@@ -194,6 +194,48 @@ def _solve3(h, rhs):
     return np.einsum('kji,kj->ki', cof.reshape(-1, 3, 3), rhs) / det[:, None]
 
 
+def _clipped_gain(s_br, inv, mirror):
+    """
+    Return sum_c max(0, s_br)^2 inv (K,) per row: the share the cell depths explain.
+
+    mirror: (2 K,), then also for -s_br (the opposite directions), from the same products.
+    """
+    if not mirror:
+        positive = np.maximum(s_br, 0.0)
+        return (positive * positive * inv).sum(axis=1)
+    square = s_br * s_br * inv
+    positive = (square * (s_br > 0)).sum(axis=1)
+    return np.concatenate([positive, square.sum(axis=1) - positive])
+
+
+# The 6 distinct entries of a symmetric 3x3 matrix (order of _squares) and back to 9.
+_SYM_OF_3X3 = np.array([0, 4, 8, 1, 2, 5])
+_3X3_OF_SYM = np.array([0, 3, 4, 3, 1, 5, 4, 5, 2])
+
+
+def _pair_tables():
+    """
+    Index tables of _cell_stats_free: T_i T_j for the 10 pairs i <= j of T = [G; am] d.
+
+    T_i T_j = sum_{a, b} X[i, a] X[j, b] d_a d_b (X the 4x3 matrix [G; am]); over the 6
+    distinct products d_a d_b (_squares) the coefficient is X[i, a] X[j, b] + X[i, b] X[j, a],
+    halved for a = b. Returns the two flat indices into the products (4x3) x (4x3) and the
+    scale, each (60,) in the order (pair, product).
+    """
+    pairs_i = [0, 1, 2, 0, 0, 1, 0, 1, 2, 3]
+    pairs_j = [0, 1, 2, 1, 2, 2, 3, 3, 3, 3]
+    first, second, scale = [], [], []
+    for i, j in zip(pairs_i, pairs_j):
+        for a, b in zip(_SQ_FIRST, _SQ_SECOND):
+            first.append((3 * i + a) * 12 + 3 * j + b)
+            second.append((3 * i + b) * 12 + 3 * j + a)
+            scale.append(0.5 if a == b else 1.0)
+    return np.array(first), np.array(second), np.array(scale)
+
+
+_PAIR_FIRST, _PAIR_SECOND, _PAIR_SCALE = _pair_tables()
+
+
 def _tangent_basis(d):
     """Return (2, 3): two unit vectors orthogonal to unit d (and to each other)."""
     x, y, z = (float(value) for value in d)
@@ -251,12 +293,10 @@ class EgomotionEstimator:
     def __init__(self, camera: CameraModel, config: EgomotionConfig = None):
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
-        self._sphere = fibonacci_sphere(self.config.sphere_directions)
-        # The sign vote's grid: half the sphere and its mirror image (|a . d| is the same for
-        # d and -d, so both halves share one product, see _sign_grid).
-        half = self._sphere[self._sphere[:, 2] >= 0]
-        self._sign_half = half
-        self._sign_sphere = np.concatenate([half, -half])
+        # The coarse grid: half a Fibonacci sphere and its mirror image. Every cost shares
+        # most of its work between d and -d (see the costs' `mirror`).
+        sphere = fibonacci_sphere(self.config.sphere_directions)
+        self._half_sphere = sphere[sphere[:, 2] >= 0]
         self._previous = None  # the last window's direction: one more start of the search
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
@@ -418,9 +458,9 @@ class EgomotionEstimator:
             # At most sign_flows flows (evenly spread in input order): the vote needs no more.
             pick = window.input_rank[::-(-len(r) // config.sign_flows)]
             a_sign, signed_sign = window.a[pick], signed[pick]
-            direction = self._search(lambda dirs: self._cost_sign(a_sign, signed_sign, dirs),
-                                     None, coarse=True,
-                                     grid=self._sign_grid(a_sign, signed_sign))
+            direction = self._search(
+                lambda dirs, mirror=False: self._cost_sign(a_sign, signed_sign, dirs, mirror),
+                None, coarse=True)
             coarse_rounds = -1
         robust = window.robust
         direction, stats = self._fit_known(window, r, table, start_stats, direction,
@@ -452,28 +492,27 @@ class EgomotionEstimator:
         for iteration in range(self.config.robust_iterations + 1):
             if iteration:
                 stats = self._cell_stats_known(window, table)
-            direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
-                                     coarse=iteration <= coarse_rounds)
+            direction = self._search(
+                lambda dirs, mirror=False: self._cost_known(stats, dirs, mirror), direction,
+                coarse=iteration <= coarse_rounds)
             if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, stats, direction))
         return direction, stats
 
-    def _sign_grid(self, a, signed):
-        """The sign vote's sphere grid and its costs (see _cost_sign): |a . d| once per pair."""
-        absolute = np.abs(signed) @ np.abs(a @ self._sign_half.T)
-        linear = self._sign_half @ (a.T @ signed)
-        return self._sign_sphere, 0.5 * np.concatenate([absolute - linear, absolute + linear])
-
     @staticmethod
-    def _cost_sign(a, signed, dirs):
+    def _cost_sign(a, signed, dirs, mirror=False):
         """
         Sign disagreement (K,) of each direction (K, 3): sum of w max(0, -sign(r) a . d).
 
         a: (N, 3) the flows' a; signed: (N,) their weights times the sign of their derotated
         flow r. As max(0, -x) = (|x| - x) / 2: one product for |a . d|, the rest is linear.
+        mirror: return (2 K,), the costs of dirs and then of -dirs (same |a . d|).
         """
         absolute = np.abs(signed) @ np.abs(a @ dirs.T)                              # (K,)
-        return 0.5 * (absolute - dirs @ (a.T @ signed))
+        linear = dirs @ (a.T @ signed)
+        if mirror:
+            return 0.5 * np.concatenate([absolute - linear, absolute + linear])
+        return 0.5 * (absolute - linear)
 
     @staticmethod
     def _cell_stats_known(window, table):
@@ -482,12 +521,15 @@ class EgomotionEstimator:
         return sums[:, :6], sums[:, 6:9], float(sums[:, 9].sum())
 
     @staticmethod
-    def _cost_known(stats, dirs):
-        """Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb."""
+    def _cost_known(stats, dirs, mirror=False):
+        """
+        Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb.
+
+        mirror: return (2 K,), the residuals of dirs and then of -dirs (S_br changes sign).
+        """
         aa, ar, total = stats
-        s_bb = _squares(dirs) @ aa.T
-        s_br = np.maximum(dirs @ ar.T, 0.0)
-        return total - (s_br * s_br / np.maximum(s_bb, 1e-300)).sum(axis=1)
+        inv = 1.0 / np.maximum(_squares(dirs) @ aa.T, 1e-300)
+        return total - _clipped_gain(dirs @ ar.T, inv, mirror)
 
     # ---- without a gyroscope --------------------------------------------------------------
 
@@ -501,12 +543,13 @@ class EgomotionEstimator:
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_free(window, table)
-            direction = self._search(lambda dirs: self._cost_free(stats, dirs)[0], direction,
-                                     coarse=iteration <= 1)
+            direction = self._search(
+                lambda dirs, mirror=False: self._cost_free(stats, dirs, mirror)[0], direction,
+                coarse=iteration <= 1)
             omega = self._cost_free(stats, direction[None])[1][0]
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
-            ar = stats[1] - np.einsum('cij,i->cj', stats[2].reshape(-1, 3, 3), omega)
+            ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
             known = stats[0], ar, float(np.sum(window.weight * window.robust * r * r))
             if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, known, direction))
@@ -516,62 +559,71 @@ class EgomotionEstimator:
 
     @staticmethod
     def _cell_stats_free(window, table):
-        """Cell sums of a a^T (6), a m (3), g a^T (9); sums of g g^T, g m and m^2."""
+        """
+        Cell sums of a a^T (6), a m (3), g a^T (9), the table of _cost_free; g g^T, g m, m^2.
+
+        With T_c = [G_c; am_c^T] d (G_c the cell's sum of w g a^T, 4 values per direction),
+        the cost needs sum_c T_c T_c^T / S_bb: the table holds the products of T_c's entries
+        (10 pairs) as quadratic forms of d (6 values each), so that sum is one matrix product.
+        """
         w = window.weight * window.robust
         sums = window.cell_sums(table, w)
+        cells = len(sums)
         wg = window.g * w[:, None]
         g, m = window.g, window.m
-        return (sums[:, :6], sums[:, 6:9], sums[:, 9:].reshape(-1, 3), wg.T @ g, wg.T @ m,
+        ga = sums[:, 9:]
+        augmented = np.concatenate([ga, sums[:, 6:9]], axis=1)              # (C, 12): [G; am]
+        products = (augmented[:, :, None] * augmented[:, None, :]).reshape(cells, 144)
+        pairs = (products[:, _PAIR_FIRST] + products[:, _PAIR_SECOND]) * _PAIR_SCALE
+        return (sums[:, :6], sums[:, 6:9], ga, pairs, wg.T @ g, wg.T @ m,
                 float(np.sum(w * m * m)))
 
     @staticmethod
-    def _cost_free(stats, dirs):
+    def _cost_free(stats, dirs, mirror=False):
         """
         Residual (K,) and omega (K, 3) per direction (K, 3), cell depths eliminated.
 
-        Per direction and cell, S_c = (sum of w g a^T) d; every sum over cells is then a
-        (batched) matrix product, so a direction costs O(cells) multiply-adds.
+        Every sum over cells is a matrix product with per-cell tables (see _cell_stats_free),
+        so a direction costs O(cells) multiply-adds in BLAS. mirror: residuals (2 K,) of dirs
+        and then of -dirs (the same omega; S_br changes sign).
         """
-        aa, am, ga, gg, gm, total = stats          # ga: (3 C, 3), rows (cell, i)
+        aa, am, ga, pairs, gg, gm, total = stats
         count = len(dirs)
-        inv = 1.0 / np.maximum(_squares(dirs) @ aa.T, 1e-300)                     # (K, C)
-        s_bm = dirs @ am.T                                                         # (K, C)
-        s = (dirs @ ga.T).reshape(count, -1, 3)                                    # (K, C, 3)
-        si = s * inv[:, :, None]
-        h = gg[None] - np.swapaxes(si, 1, 2) @ s                                   # (K, 3, 3)
-        rhs = gm[None] - (s_bm[:, None, :] @ si)[:, 0]                             # (K, 3)
-        h += np.eye(3)[None] * (1e-12 * np.trace(gg))
-        omega = _solve3(h, rhs)
+        squares = _squares(dirs)
+        inv = 1.0 / np.maximum(squares @ aa.T, 1e-300)                            # (K, C)
+        # sum_c T_c T_c^T / S_bb (10 values per direction): H = gg - [:6], rhs = gm - [6:9]
+        moments = ((inv @ pairs).reshape(count, 10, 6) @ squares[:, :, None])[:, :, 0]
+        h = gg.reshape(9)[_SYM_OF_3X3] - moments[:, :6]
+        h[:, :3] += 1e-12 * np.trace(gg)
+        omega = _solve3(h[:, _3X3_OF_SYM].reshape(count, 3, 3), gm - moments[:, 6:9])
         # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
-        s_br = np.maximum(s_bm - (s @ omega[:, :, None])[:, :, 0], 0.0)            # (K, C)
-        total_r = total - 2.0 * omega @ gm + np.einsum('ki,ij,kj->k', omega, gg, omega)
-        cost = total_r - (s_br * s_br * inv).sum(axis=1)
-        return cost, omega
+        s_br = dirs @ am.T - (omega[:, :, None] * dirs[:, None, :]).reshape(count, 9) @ ga.T
+        total_r = total + ((omega @ gg - 2.0 * gm) * omega).sum(axis=1)
+        if mirror:
+            total_r = np.concatenate([total_r, total_r])
+        return total_r - _clipped_gain(s_br, inv, mirror), omega
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse, grid=None):
+    def _search(self, cost, direction, coarse):
         """
-        Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
+        Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
         coarse: start from the best of the sphere grid (and of `direction` and the previous
-        window's estimate, when given); grid: (directions, their costs) of another grid
-        already evaluated. Else start from `direction` with a finer first step. Then
+        window's estimate, when given); else from `direction` with a finer first step. Then
         refine_steps rounds of a 7x7 grid of +-step in the tangent plane around the best
         point so far, the step shrinking 3x per round.
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
-            extra = [d[None] for d in (direction, self._previous) if d is not None]
-            if grid is None:
-                candidates = np.concatenate([self._sphere] + extra)
-                costs = cost(candidates)
-            else:
-                candidates = np.concatenate([grid[0]] + extra)
-                costs = grid[1]
-                if extra:
-                    costs = np.concatenate([costs, cost(np.concatenate(extra))])
-            direction = candidates[int(np.argmin(costs))]
+            # The half sphere and the starts with their mirror images: one evaluation.
+            half = self._half_sphere
+            candidates = np.concatenate(
+                [half] + [d[None] for d in (direction, self._previous) if d is not None])
+            costs = cost(candidates, mirror=True)[:len(candidates) + len(half)]
+            best = int(np.argmin(costs))
+            direction = candidates[best] if best < len(candidates) else \
+                -half[best - len(candidates)]
         else:
             step *= 0.25
         for _ in range(self.config.refine_steps):
