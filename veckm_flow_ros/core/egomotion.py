@@ -247,6 +247,31 @@ def _tangent_basis(d):
                           x * e1[1] - y * e1[0])])
 
 
+def _quadratic_minimum(costs, row, col):
+    """
+    Offset (2,) [grid spacings] of the minimum of the quadratic through costs[row +- 1,
+    col +- 1] from (row, col), or None (at the border, not convex, or beyond one spacing).
+    """
+    if not (1 <= row < costs.shape[0] - 1 and 1 <= col < costs.shape[1] - 1):
+        return None
+    f = costs[row - 1:row + 2, col - 1:col + 2]
+    gx, gy = 0.5 * (f[2, 1] - f[0, 1]), 0.5 * (f[1, 2] - f[1, 0])
+    hxx, hyy = f[2, 1] - 2.0 * f[1, 1] + f[0, 1], f[1, 2] - 2.0 * f[1, 1] + f[1, 0]
+    hxy = 0.25 * (f[2, 2] - f[2, 0] - f[0, 2] + f[0, 0])
+    det = hxx * hyy - hxy * hxy
+    if not (hxx > 0 and det > 0):
+        return None
+    dx, dy = (hxy * gy - hyy * gx) / det, (hxy * gx - hxx * gy) / det
+    return (dx, dy) if abs(dx) <= 1 and abs(dy) <= 1 else None
+
+
+# A search whose result only starts another search or sets the Huber weights stops this
+# many rounds before refine_steps (at 1/9 of its first step instead of 1/243).
+_INTERMEDIATE_ROUNDS_LESS = 3
+# The tolerance check's global least-squares fit stops when its first search ends this close
+# to the local fit's first [deg]: both sit in the same basin, the check cannot change much.
+_SAME_BASIN_DEG = 1.0
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -460,11 +485,11 @@ class EgomotionEstimator:
             a_sign, signed_sign = window.a[pick], signed[pick]
             direction = self._search(
                 lambda dirs, mirror=False: self._cost_sign(a_sign, signed_sign, dirs, mirror),
-                None, coarse=True)
+                None, coarse=True, final=False, scale_free=False)
             coarse_rounds = -1
         robust = window.robust
-        direction, stats = self._fit_known(window, r, table, start_stats, direction,
-                                           coarse_rounds)
+        direction, stats, first = self._fit_known(window, r, table, start_stats, direction,
+                                                  coarse_rounds)
         if config.sign_start:
             # The least squares from the sign start refine it only locally: magnitude errors
             # can put their global minimum elsewhere (e.g. the opposite direction). Their
@@ -472,32 +497,43 @@ class EgomotionEstimator:
             # (flows of exact magnitude: a sign start in a wrong basin).
             local_robust = window.robust
             window.robust = robust
-            other, other_stats = self._fit_known(window, r, table, start_stats, None, 1)
-            costs = self._cost_sign(window.a, signed, np.stack([direction, other]))
-            if costs[1] <= costs[0] * (1.0 + config.sign_tolerance):
+            other, other_stats, _ = self._fit_known(window, r, table, start_stats, None, 1,
+                                                    first)
+            if other is None:
+                window.robust = local_robust
+            elif self._cost_sign(window.a, signed, other[None])[0] <= self._cost_sign(
+                    window.a, signed, direction[None])[0] * (1.0 + config.sign_tolerance):
                 direction, stats = other, other_stats
             else:
                 window.robust = local_robust
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
 
-    def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds):
+    def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds,
+                   known_first=None):
         """
-        Least-squares direction for derotated flows r with Huber rounds: (d, stats).
+        Least-squares direction for derotated flows r with Huber rounds: (d, stats, first).
 
         table: the per-flow products of _solve_gyro; start_stats: its cell sums with the
         current Huber weights.
         """
         stats = start_stats
-        for iteration in range(self.config.robust_iterations + 1):
+        last = self.config.robust_iterations
+        first = None
+        for iteration in range(last + 1):
             if iteration:
                 stats = self._cell_stats_known(window, table)
             direction = self._search(
                 lambda dirs, mirror=False: self._cost_known(stats, dirs, mirror), direction,
-                coarse=iteration <= coarse_rounds)
-            if iteration < self.config.robust_iterations:
+                coarse=iteration <= coarse_rounds, final=iteration == last)
+            if iteration == 0:
+                first = direction
+                if known_first is not None and float(direction @ known_first) >= \
+                        math.cos(math.radians(_SAME_BASIN_DEG)):
+                    return None, None, None
+            if iteration < last:
                 self._reweight(window, r, self._cell_fit(window, r, stats, direction))
-        return direction, stats
+        return direction, stats, first
 
     @staticmethod
     def _cost_sign(a, signed, dirs, mirror=False):
@@ -545,7 +581,7 @@ class EgomotionEstimator:
             stats = self._cell_stats_free(window, table)
             direction = self._search(
                 lambda dirs, mirror=False: self._cost_free(stats, dirs, mirror)[0], direction,
-                coarse=iteration <= 1)
+                coarse=iteration <= 1, final=iteration == self.config.robust_iterations)
             omega = self._cost_free(stats, direction[None])[1][0]
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
@@ -605,14 +641,17 @@ class EgomotionEstimator:
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse):
+    def _search(self, cost, direction, coarse, final=True, scale_free=True):
         """
         Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
         coarse: start from the best of the sphere grid (and of `direction` and the previous
         window's estimate, when given); else from `direction` with a finer first step. Then
-        refine_steps rounds of a 7x7 grid of +-step in the tangent plane around the best
-        point so far, the step shrinking 3x per round.
+        refine_steps rounds (final) or 3 fewer (not final: the result only starts another
+        search or sets weights) of a 7x7 grid of +-step in the tangent plane around the best
+        point so far, the step shrinking 3x per round, and a last step to the minimum of
+        the quadratic through the best point's 3x3 neighbours. scale_free: cost(c d) =
+        cost(d) for c > 0 (the least-squares costs), so the grid needs no normalising.
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
@@ -626,12 +665,27 @@ class EgomotionEstimator:
                 -half[best - len(candidates)]
         else:
             step *= 0.25
-        for _ in range(self.config.refine_steps):
-            dirs = direction + (step * _PATTERN) @ _tangent_basis(direction)
-            dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
-            direction = dirs[int(np.argmin(cost(dirs)))]
-            step /= 3.0
-        return direction
+        rounds = self.config.refine_steps
+        if not final:
+            rounds = min(rounds, max(1, rounds - _INTERMEDIATE_ROUNDS_LESS))
+        for _ in range(rounds):
+            center, basis = direction, _tangent_basis(direction)
+            dirs = center + (step * _PATTERN) @ basis
+            if not scale_free:
+                dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
+            costs = cost(dirs)
+            best = int(np.argmin(costs))
+            direction = dirs[best] / math.sqrt(float(dirs[best] @ dirs[best]))
+            step /= 3.0  # now the spacing of this round's pattern
+        if rounds:
+            # Sub-grid: Newton step on the quadratic through the 3x3 neighbours of the best
+            # point, kept within one spacing (costs are smooth between cells' clip changes).
+            row, col = divmod(best, 7)
+            offset = _quadratic_minimum(costs.reshape(7, 7), row, col)
+            if offset is not None:
+                direction = center + ((row - 3 + offset[0]) * step) * basis[0] + \
+                    ((col - 3 + offset[1]) * step) * basis[1]
+        return direction / math.sqrt(float(direction @ direction))
 
     @staticmethod
     def _cell_fit(window, r, stats, direction):
