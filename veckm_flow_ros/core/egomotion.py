@@ -247,6 +247,16 @@ def _tangent_basis(d):
                           x * e1[1] - y * e1[0])])
 
 
+def _median(values):
+    """np.median of a 1-D array by one partition (no copy checks, NaN as np.median)."""
+    count = len(values)
+    half = count // 2
+    if count % 2:
+        return float(np.partition(values, half)[half])
+    low, high = np.partition(values, (half - 1, half))[half - 1:half + 1]
+    return 0.5 * (float(low) + float(high))
+
+
 def _quadratic_minimum(costs, row, col):
     """
     Offset (2,) [grid spacings] of the minimum of the quadratic through costs[row +- 1,
@@ -281,24 +291,22 @@ class _Window:
     The usable flows of one window in normalized form (see the module doc).
 
     The flows are sorted by depth cell (cell k holds flows starts[k]:starts[k + 1]), so the
-    per-cell sums are one np.add.reduceat; input_rank[j] is where the j-th flow in input
-    order went.
+    per-cell sums are one np.add.reduceat; input_order: their increasing positions in the
+    input (the flows in input order are argsort(input_order)).
     """
 
-    def __init__(self, a, g, m, weight, validity, slow, cell, num_cells, region):
-        order = np.argsort(cell, kind='stable')
-        self.a, self.g, self.m = a[order], g[order], m[order]  # (N, 3), (N, 3), (N,)
-        self.weight = weight[order]               # (N,) fit weight: validity / (|flow| + floor)
-        self.validity = validity[order]           # (N,) input weight alone
-        self.slow = slow[order]                   # (N,) s^2 / (s^2 + slow_flow_px_s^2)
-        self.robust = np.ones_like(self.m)        # (N,) Huber weights
-        self.cell = cell[order]                   # (N,) depth cell index, sorted
-        self.num_cells = num_cells
-        self.region = region[order]               # (N,) time-to-contact region index
-        self.starts = np.searchsorted(self.cell, np.arange(num_cells))
-        self.input_rank = np.empty_like(order)
-        self.input_rank[order] = np.arange(len(order))
-        self.aa = _squares(self.a) * _SQ_TWICE   # (N, 6) a a^T, mixed products twice
+    def __init__(self, a, g, m, weight, validity, slow, cell, starts, region, input_order):
+        self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
+        self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
+        self.validity = validity                  # (N,) input weight alone
+        self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
+        self.robust = np.ones_like(m)             # (N,) Huber weights
+        self.cell = cell                          # (N,) depth cell index, sorted
+        self.starts = starts                      # (C,) first flow of each cell
+        self.num_cells = len(starts)
+        self.region = region                      # (N,) time-to-contact region index
+        self.input_order = input_order
+        self.aa = _squares(a) * _SQ_TWICE         # (N, 6) a a^T, mixed products twice
 
     def __len__(self):
         return len(self.m)
@@ -408,55 +416,72 @@ class EgomotionEstimator:
         if len(set(lengths.values())) != 1:
             raise ValueError(f'egomotion inputs differ in length: {lengths}')
         config = self.config
+        width, height = self.camera.width, self.camera.height
         if lengths['x_px'] > config.max_flows:
             # Even subsampling first: the cost of a window stays bounded at any flow rate.
             pick = np.linspace(0, lengths['x_px'] - 1, config.max_flows).astype(np.int64)
-            columns = [c[pick] for c in columns]
-        x, y = (np.round(c.astype(np.float64)) for c in columns[:2])
+            columns = [np.take(c, pick) for c in columns]
+        x, y = (np.rint(c.astype(np.float64)) for c in columns[:2])
         u, v = (c.astype(np.float64) for c in columns[2:4])
-        w = columns[4].astype(np.float64) if weight is not None else np.ones(len(u))
-        speed = np.hypot(u, v)
-        keep = (np.isfinite(x) & np.isfinite(y) & np.isfinite(speed) & (speed > 1e-9)
-                & np.isfinite(w) & (w > 0) & (w >= config.min_validity)
-                & (x >= 0) & (y >= 0) & (x < self.camera.width) & (y < self.camera.height))
+        speed = np.sqrt(u * u + v * v)
+        # Comparisons are False for NaN; x < width and speed < inf also reject infinities.
+        keep = ((x >= 0) & (x < width) & (y >= 0) & (y < height) & (speed > 1e-9)
+                & (speed < np.inf))
+        if weight is not None:
+            w = columns[4].astype(np.float64)
+            keep &= (w > 0) & (w >= config.min_validity) & (w < np.inf)
         index = np.flatnonzero(keep)
         if len(index) == 0:
             return None
-        validity = w
+        # (np.take: row gathers much faster than fancy indexing)
+        xi, yi = np.take(x, index).astype(np.int64), np.take(y, index).astype(np.int64)
+        pixel = yi * width + xi
+        px, py = np.take(self._x_map, pixel), np.take(self._y_map, pixel)
+        speed = np.take(speed, index)
+        nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
+        mt = np.take(self._mt_map, pixel, axis=0)                 # (N, 4): M^T row-major
+        nx = mt[:, 0] * nx_px + mt[:, 1] * ny_px
+        ny = mt[:, 2] * nx_px + mt[:, 3] * ny_px
+        norm = np.sqrt(nx * nx + ny * ny)
+        m = speed / norm
+        ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(m)
+        # Cells with too few flows tell nothing about depth: leave their flows out. Flows
+        # not ok go to one more cell, never used.
+        cols = -(-width // config.cell_px)
+        num_cells = cols * -(-height // config.cell_px)
+        cell = np.where(ok, (yi // config.cell_px) * cols + xi // config.cell_px, num_cells)
+        counts = np.bincount(cell, minlength=num_cells + 1)
+        present = counts >= config.min_cell_flows
+        present[num_cells] = False
+        # The usable flows sorted by cell (stable: in input order within a cell; a radix
+        # sort for 16-bit keys).
+        key = cell.astype(np.uint16) if num_cells < 65535 else cell
+        order = np.argsort(key, kind='stable')
+        order = order[np.take(present, np.take(cell, order))]
+        if len(order) == 0:
+            return None
+        counts = counts[:num_cells][present[:num_cells]]
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        cell = np.repeat(np.arange(len(counts)), counts)
+        px, py, m, speed, xi, yi, nx, ny, norm = (
+            np.take(c, order) for c in (px, py, m, speed, xi, yi, nx, ny, norm))
+        nx, ny = nx / norm, ny / norm
+        validity = np.take(w, np.take(index, order)) if weight is not None else \
+            np.ones(len(order))
+        w = validity
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
         slow = np.ones_like(w)
         if config.slow_flow_px_s > 0:
-            slow = speed ** 2 / (speed ** 2 + config.slow_flow_px_s ** 2)
-        xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
-        pixel = yi * self.camera.width + xi
-        px, py = self._x_map[pixel], self._y_map[pixel]
-        nx_px, ny_px = u[index] / speed[index], v[index] / speed[index]
-        mt = self._mt_map[pixel]                                   # (N, 4): M^T row-major
-        nx = mt[:, 0] * nx_px + mt[:, 1] * ny_px
-        ny = mt[:, 2] * nx_px + mt[:, 3] * ny_px
-        norm = np.hypot(nx, ny)
-        m = speed[index] / norm
-        nx, ny = nx / norm, ny / norm
-        ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(m)
-        if not ok.all():
-            nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
-            xi, yi = xi[ok], yi[ok]
-        w, validity, slow = w[index][ok], validity[index][ok], slow[index][ok]
+            square = speed * speed
+            slow = square / (square + config.slow_flow_px_s ** 2)
+        pxpy = px * py
         a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
-        g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
+        g = np.stack([nx * pxpy + ny * (1 + py * py), -nx * (1 + px * px) - ny * pxpy,
                       nx * py - ny * px], axis=1)
-        cols = -(-self.camera.width // config.cell_px)
-        cell = (yi // config.cell_px) * cols + xi // config.cell_px
-        # Cells with too few flows tell nothing about depth: leave their flows out.
-        present = np.bincount(cell) >= config.min_cell_flows
-        used = present[cell]
-        cell = (np.cumsum(present) - 1)[cell[used]]  # cells numbered 0.. in image order
         rows_ttc, cols_ttc = config.ttc_grid
-        region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
-            (xi[used] * cols_ttc) // self.camera.width)
-        return _Window(a[used], g[used], m[used], w[used], validity[used], slow[used], cell,
-                       int(np.count_nonzero(present)), region)
+        region = ((yi * rows_ttc) // height) * cols_ttc + (xi * cols_ttc) // width
+        return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
@@ -481,10 +506,13 @@ class EgomotionEstimator:
             trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
             signed = window.weight * window.robust * trust * np.sign(r)
             # At most sign_flows flows (evenly spread in input order): the vote needs no more.
-            pick = window.input_rank[::-(-len(r) // config.sign_flows)]
-            a_sign, signed_sign = window.a[pick], signed[pick]
+            pick = np.argsort(window.input_order)[::-(-len(r) // config.sign_flows)]
+            # float32: the vote only picks a start that the least squares refine.
+            a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
+            signed_sign = np.take(signed, pick).astype(np.float32)
             direction = self._search(
-                lambda dirs, mirror=False: self._cost_sign(a_sign, signed_sign, dirs, mirror),
+                lambda dirs, mirror=False: self._cost_sign(
+                    a_sign, signed_sign, dirs.astype(np.float32), mirror),
                 None, coarse=True, final=False, scale_free=False)
             coarse_rounds = -1
         robust = window.robust
@@ -665,9 +693,15 @@ class EgomotionEstimator:
                 -half[best - len(candidates)]
         else:
             step *= 0.25
-        rounds = self.config.refine_steps
+        # Rounds to the resolution of refine_steps rounds from the coarse step (3 fewer
+        # where not final); a local start is 4x finer and needs one round less.
+        levels = self.config.refine_steps
         if not final:
-            rounds = min(rounds, max(1, rounds - _INTERMEDIATE_ROUNDS_LESS))
+            levels = min(levels, max(1, levels - _INTERMEDIATE_ROUNDS_LESS))
+        rounds = 0
+        if levels:
+            ratio = self._coarse_step_rad / step * 3.0 ** -levels   # target / start spacing
+            rounds = max(1, math.ceil(-math.log(ratio) / math.log(3.0) - 1e-9))
         for _ in range(rounds):
             center, basis = direction, _tangent_basis(direction)
             dirs = center + (step * _PATTERN) @ basis
@@ -694,11 +728,11 @@ class EgomotionEstimator:
         s_bb = aa @ _squares(direction[None])[0]
         s_br = ar @ direction
         rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
-        return r - np.maximum(rho, 0.0)[window.cell] * (window.a @ direction)
+        return r - np.take(np.maximum(rho, 0.0), window.cell) * (window.a @ direction)
 
     def _reweight(self, window, r, residual):
         """Huber weights from the residuals (robust scale: median absolute residual)."""
-        scale = 1.4826 * np.median(np.abs(residual)) + 1e-12
+        scale = 1.4826 * _median(np.abs(residual)) + 1e-12
         limit = self.config.huber_scale * scale
         window.robust = np.minimum(1.0, limit / np.maximum(np.abs(residual), 1e-300))
 
@@ -719,8 +753,11 @@ class EgomotionEstimator:
         region, w = window.region[ok], w[ok]
         if len(inverse) == 0:
             return np.full((rows, cols), np.nan, np.float32)
-        order = np.lexsort((inverse, region))
-        region, inverse, w = region[order], inverse[order], w[order]
+        # Sorted by region, then by inverse (a stable sort of small integers is fast).
+        order = np.argsort(inverse)
+        order = np.take(order, np.argsort(np.take(region, order).astype(np.int16),
+                                          kind='stable'))
+        region, inverse, w = (np.take(c, order) for c in (region, inverse, w))
         bounds = np.searchsorted(region, np.arange(rows * cols + 1))
         counts = np.diff(bounds)
         cumulative = np.concatenate([[0.0], np.cumsum(w)])
