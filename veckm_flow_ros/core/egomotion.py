@@ -292,11 +292,14 @@ class _Window:
 
     The flows are sorted by depth cell (cell k holds flows starts[k]:starts[k + 1]), so the
     per-cell sums are one np.add.reduceat; input_order: their increasing positions in the
-    input (the flows in input order are argsort(input_order)).
+    input (the flows in input order are argsort(input_order)). Per-flow tables are stored
+    one row per quantity (k, N): products and sums along rows are contiguous.
     """
 
-    def __init__(self, a, g, m, weight, validity, slow, cell, starts, region, input_order):
-        self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
+    def __init__(self, a_rows, g_rows, m, weight, validity, slow, cell, starts, region,
+                 input_order):
+        self.a_rows, self.g_rows = a_rows, g_rows  # (3, N) each
+        self.a, self.g, self.m = a_rows.T, g_rows.T, m  # (N, 3) views, (N,)
         self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
         self.validity = validity                  # (N,) input weight alone
         self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
@@ -306,14 +309,15 @@ class _Window:
         self.num_cells = len(starts)
         self.region = region                      # (N,) time-to-contact region index
         self.input_order = input_order
-        self.aa = _squares(a) * _SQ_TWICE         # (N, 6) a a^T, mixed products twice
+        # (6, N) a a^T, the mixed products twice
+        self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
 
     def __len__(self):
         return len(self.m)
 
     def cell_sums(self, table, weight):
-        """Per-cell sums (C, k) of the rows of table (N, k) times weight (N,)."""
-        return np.add.reduceat(table * weight[:, None], self.starts, axis=0)
+        """Per-cell sums (C, k) of table (k, N) times weight (N,)."""
+        return np.add.reduceat(table * weight, self.starts, axis=1).T
 
 
 class EgomotionEstimator:
@@ -476,9 +480,9 @@ class EgomotionEstimator:
             square = speed * speed
             slow = square / (square + config.slow_flow_px_s ** 2)
         pxpy = px * py
-        a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
+        a = np.stack([-nx, -ny, nx * px + ny * py])                          # (3, N)
         g = np.stack([nx * pxpy + ny * (1 + py * py), -nx * (1 + px * px) - ny * pxpy,
-                      nx * py - ny * px], axis=1)
+                      nx * py - ny * px])
         rows_ttc, cols_ttc = config.ttc_grid
         region = ((yi * rows_ttc) // height) * cols_ttc + (xi * cols_ttc) // width
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
@@ -495,7 +499,7 @@ class EgomotionEstimator:
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
         # Per flow a a^T, a r, r^2: every fit below sums this table per cell with its weights.
-        table = np.concatenate([window.aa, window.a * r[:, None], (r * r)[:, None]], axis=1)
+        table = np.concatenate([window.aa_rows, window.a_rows * r, (r * r)[None]])
         start_stats = self._cell_stats_known(window, table)
         direction = None
         coarse_rounds = 1
@@ -599,11 +603,11 @@ class EgomotionEstimator:
 
     def _solve_free(self, window):
         """Direction and omega together: cell depths and omega by least squares per direction."""
-        a, g, m = window.a, window.g, window.m
+        a, g, m = window.a_rows, window.g, window.m
         self._reweight(window, m, m)  # caps gross outliers before any fit
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
-        table = np.concatenate([window.aa, a * m[:, None],
-                                (g[:, :, None] * a[:, None, :]).reshape(len(m), 9)], axis=1)
+        table = np.concatenate([window.aa_rows, a * m,
+                                (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
         direction = None
         for iteration in range(self.config.robust_iterations + 1):
             stats = self._cell_stats_free(window, table)
@@ -633,13 +637,13 @@ class EgomotionEstimator:
         w = window.weight * window.robust
         sums = window.cell_sums(table, w)
         cells = len(sums)
-        wg = window.g * w[:, None]
+        wg = window.g_rows * w
         g, m = window.g, window.m
         ga = sums[:, 9:]
         augmented = np.concatenate([ga, sums[:, 6:9]], axis=1)              # (C, 12): [G; am]
         products = (augmented[:, :, None] * augmented[:, None, :]).reshape(cells, 144)
         pairs = (products[:, _PAIR_FIRST] + products[:, _PAIR_SECOND]) * _PAIR_SCALE
-        return (sums[:, :6], sums[:, 6:9], ga, pairs, wg.T @ g, wg.T @ m,
+        return (sums[:, :6], sums[:, 6:9], ga, pairs, wg @ g, wg @ m,
                 float(np.sum(w * m * m)))
 
     @staticmethod
