@@ -177,23 +177,6 @@ def _squares(rows):
     return rows[:, _SQ_FIRST] * rows[:, _SQ_SECOND]
 
 
-# Cofactor [i, j] of a 3x3 matrix (row-major index 3 i + j) is h[i+1, j+1] h[i+2, j+2] -
-# h[i+1, j+2] h[i+2, j+1], indices mod 3 (the cyclic form carries the sign).
-_COFACTOR = np.array([[3 * ((i + di) % 3) + (j + dj) % 3 for i in range(3) for j in range(3)]
-                      for di, dj in ((1, 1), (2, 2), (1, 2), (2, 1))])
-
-
-def _solve3(h, rhs):
-    """Solve the 3x3 systems h (K, 3, 3) x = rhs (K, 3) by the adjugate (fast for small K)."""
-    flat = h.reshape(len(h), 9)
-    cof = flat[:, _COFACTOR[0]] * flat[:, _COFACTOR[1]] - \
-        flat[:, _COFACTOR[2]] * flat[:, _COFACTOR[3]]
-    det = np.einsum('ki,ki->k', flat[:, :3], cof[:, :3])
-    det = np.where(np.abs(det) > 1e-300, det, 1e-300)
-    # inverse = cofactor^T / det
-    return np.einsum('kji,kj->ki', cof.reshape(-1, 3, 3), rhs) / det[:, None]
-
-
 def _clipped_gain(s_br, inv, mirror):
     """
     Return sum_c max(0, s_br)^2 inv (K,) per row: the share the cell depths explain.
@@ -211,19 +194,20 @@ def _clipped_gain(s_br, inv, mirror):
 # The 6 distinct entries of a symmetric 3x3 matrix (order of _squares) and back to 9.
 _SYM_OF_3X3 = np.array([0, 4, 8, 1, 2, 5])
 _3X3_OF_SYM = np.array([0, 3, 4, 3, 1, 5, 4, 5, 2])
+_DIAGONAL = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def _pair_tables():
     """
-    Index tables of _cell_stats_free: T_i T_j for the 10 pairs i <= j of T = [G; am] d.
+    Index tables of _cell_stats_free: T_i T_j for the pairs i <= j, i < 3 of T = [G; am] d.
 
     T_i T_j = sum_{a, b} X[i, a] X[j, b] d_a d_b (X the 4x3 matrix [G; am]); over the 6
     distinct products d_a d_b (_squares) the coefficient is X[i, a] X[j, b] + X[i, b] X[j, a],
     halved for a = b. Returns the two flat indices into the products (4x3) x (4x3) and the
-    scale, each (60,) in the order (pair, product).
+    scale, each (54,) in the order (pair, product).
     """
-    pairs_i = [0, 1, 2, 0, 0, 1, 0, 1, 2, 3]
-    pairs_j = [0, 1, 2, 1, 2, 2, 3, 3, 3, 3]
+    pairs_i = [0, 1, 2, 0, 0, 1, 0, 1, 2]
+    pairs_j = [0, 1, 2, 1, 2, 2, 3, 3, 3]
     first, second, scale = [], [], []
     for i, j in zip(pairs_i, pairs_j):
         for a, b in zip(_SQ_FIRST, _SQ_SECOND):
@@ -234,6 +218,24 @@ def _pair_tables():
 
 
 _PAIR_FIRST, _PAIR_SECOND, _PAIR_SCALE = _pair_tables()
+
+
+# The cofactors of a symmetric 3x3 matrix from its 6 distinct entries (order of _squares:
+# h00 h11 h22 h01 h02 h12), in the same order: h[first 6] * h[...] - h[last 6] * h[...].
+_COF_AC = np.array([1, 0, 0, 4, 3, 3, 5, 4, 3, 3, 4, 0])
+_COF_BD = np.array([2, 2, 1, 5, 5, 4, 5, 4, 3, 2, 1, 5])
+_FIRST_ROW = np.array([0, 3, 4])  # h00 h01 h02 (and their cofactors)
+
+
+def _solve_sym3(h, rhs):
+    """Solve the symmetric 3x3 systems h (K, 6 distinct entries) x = rhs (K, 3): adjugate."""
+    products = h[:, _COF_AC] * h[:, _COF_BD]
+    cof = products[:, :6] - products[:, 6:]
+    det = np.einsum('ki,ki->k', h[:, _FIRST_ROW], cof[:, _FIRST_ROW])
+    det = np.where(np.abs(det) > 1e-300, det, 1e-300)
+    # inverse = adjugate / det; the adjugate of a symmetric matrix is its cofactor matrix
+    adjugate = cof[:, _3X3_OF_SYM].reshape(-1, 3, 3)
+    return (adjugate @ rhs[:, :, None])[:, :, 0] / det[:, None]
 
 
 def _tangent_basis(d):
@@ -632,7 +634,8 @@ class EgomotionEstimator:
 
         With T_c = [G_c; am_c^T] d (G_c the cell's sum of w g a^T, 4 values per direction),
         the cost needs sum_c T_c T_c^T / S_bb: the table holds the products of T_c's entries
-        (10 pairs) as quadratic forms of d (6 values each), so that sum is one matrix product.
+        (the 9 pairs with an entry of G_c d) as quadratic forms of d (6 values each), so that
+        sum is one matrix product.
         """
         w = window.weight * window.robust
         sums = window.cell_sums(table, w)
@@ -643,7 +646,10 @@ class EgomotionEstimator:
         augmented = np.concatenate([ga, sums[:, 6:9]], axis=1)              # (C, 12): [G; am]
         products = (augmented[:, :, None] * augmented[:, None, :]).reshape(cells, 144)
         pairs = (products[:, _PAIR_FIRST] + products[:, _PAIR_SECOND]) * _PAIR_SCALE
-        return (sums[:, :6], sums[:, 6:9], ga, pairs, wg @ g, wg @ m,
+        gg = wg @ g
+        # H's constant part, 6 distinct entries, regularised
+        h0 = gg.reshape(9)[_SYM_OF_3X3] + _DIAGONAL * (1e-12 * np.trace(gg))
+        return (sums[:, :6], sums[:, 6:9], ga, pairs, h0, gg, wg @ m,
                 float(np.sum(w * m * m)))
 
     @staticmethod
@@ -655,15 +661,13 @@ class EgomotionEstimator:
         so a direction costs O(cells) multiply-adds in BLAS. mirror: residuals (2 K,) of dirs
         and then of -dirs (the same omega; S_br changes sign).
         """
-        aa, am, ga, pairs, gg, gm, total = stats
+        aa, am, ga, pairs, h0, gg, gm, total = stats
         count = len(dirs)
         squares = _squares(dirs)
         inv = 1.0 / np.maximum(squares @ aa.T, 1e-300)                            # (K, C)
-        # sum_c T_c T_c^T / S_bb (10 values per direction): H = gg - [:6], rhs = gm - [6:9]
-        moments = ((inv @ pairs).reshape(count, 10, 6) @ squares[:, :, None])[:, :, 0]
-        h = gg.reshape(9)[_SYM_OF_3X3] - moments[:, :6]
-        h[:, :3] += 1e-12 * np.trace(gg)
-        omega = _solve3(h[:, _3X3_OF_SYM].reshape(count, 3, 3), gm - moments[:, 6:9])
+        # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
+        moments = ((inv @ pairs).reshape(count, 9, 6) @ squares[:, :, None])[:, :, 0]
+        omega = _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9])
         # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
         s_br = dirs @ am.T - (omega[:, :, None] * dirs[:, None, :]).reshape(count, 9) @ ga.T
         total_r = total + ((omega @ gg - 2.0 * gm) * omega).sum(axis=1)
@@ -700,7 +704,9 @@ class EgomotionEstimator:
         # Rounds to the resolution of refine_steps rounds from the coarse step (3 fewer
         # where not final); a local start is 4x finer and needs one round less.
         levels = self.config.refine_steps
-        if not final:
+        if final:
+            levels = max(min(levels, 1), levels - 1)
+        else:
             levels = min(levels, max(1, levels - _INTERMEDIATE_ROUNDS_LESS))
         rounds = 0
         if levels:
