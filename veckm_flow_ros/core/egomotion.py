@@ -342,10 +342,22 @@ class EgomotionEstimator:
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
         # the module doc, so a window costs a table look-up per flow.
         x, y = camera.pixel_grid_normalized()
-        self._x_map, self._y_map = x.reshape(-1), y.reshape(-1)
         jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
         k2 = camera.K[:2, :2]
-        self._mt_map = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
+        mt = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
+        self._pixel_map = np.concatenate([x.reshape(-1, 1), y.reshape(-1, 1), mt], axis=1)
+        # Per pixel: its depth cell (cells_x * cells_y where the pixel has no normalized
+        # coordinates) and its time-to-contact region.
+        config = self.config
+        cols = -(-camera.width // config.cell_px)
+        self._num_cells = cols * -(-camera.height // config.cell_px)
+        yi, xi = np.divmod(np.arange(camera.width * camera.height), camera.width)
+        valid = np.isfinite(x.reshape(-1)) & np.isfinite(y.reshape(-1))
+        self._cell_map = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
+                                  self._num_cells)
+        rows_ttc, cols_ttc = config.ttc_grid
+        self._region_map = ((yi * rows_ttc) // camera.height) * cols_ttc + (
+            (xi * cols_ttc) // camera.width)
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -439,23 +451,19 @@ class EgomotionEstimator:
         index = np.flatnonzero(keep)
         if len(index) == 0:
             return None
-        # (np.take: row gathers much faster than fancy indexing)
-        xi, yi = np.take(x, index).astype(np.int64), np.take(y, index).astype(np.int64)
-        pixel = yi * width + xi
-        px, py = np.take(self._x_map, pixel), np.take(self._y_map, pixel)
+        # (np.take: gathers much faster than fancy indexing)
+        pixel = np.take(y * width + x, index).astype(np.int64)
+        maps = np.take(self._pixel_map, pixel, axis=0)   # (N, 6): x, y, M^T row-major
         speed = np.take(speed, index)
         nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
-        mt = np.take(self._mt_map, pixel, axis=0)                 # (N, 4): M^T row-major
-        nx = mt[:, 0] * nx_px + mt[:, 1] * ny_px
-        ny = mt[:, 2] * nx_px + mt[:, 3] * ny_px
+        nx = maps[:, 2] * nx_px + maps[:, 3] * ny_px
+        ny = maps[:, 4] * nx_px + maps[:, 5] * ny_px
         norm = np.sqrt(nx * nx + ny * ny)
         m = speed / norm
-        ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(m)
         # Cells with too few flows tell nothing about depth: leave their flows out. Flows
-        # not ok go to one more cell, never used.
-        cols = -(-width // config.cell_px)
-        num_cells = cols * -(-height // config.cell_px)
-        cell = np.where(ok, (yi // config.cell_px) * cols + xi // config.cell_px, num_cells)
+        # without normalized coordinates or magnitude go to one more cell, never used.
+        num_cells = self._num_cells
+        cell = np.where(np.isfinite(m), np.take(self._cell_map, pixel), num_cells)
         counts = np.bincount(cell, minlength=num_cells + 1)
         present = counts >= config.min_cell_flows
         present[num_cells] = False
@@ -469,9 +477,8 @@ class EgomotionEstimator:
         counts = counts[:num_cells][present[:num_cells]]
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         cell = np.repeat(np.arange(len(counts)), counts)
-        px, py, m, speed, xi, yi, nx, ny, norm = (
-            np.take(c, order) for c in (px, py, m, speed, xi, yi, nx, ny, norm))
-        nx, ny = nx / norm, ny / norm
+        px, py, nx, ny, m, speed = np.take(
+            np.stack([maps[:, 0], maps[:, 1], nx / norm, ny / norm, m, speed]), order, axis=1)
         validity = np.take(w, np.take(index, order)) if weight is not None else \
             np.ones(len(order))
         w = validity
@@ -485,8 +492,7 @@ class EgomotionEstimator:
         a = np.stack([-nx, -ny, nx * px + ny * py])                          # (3, N)
         g = np.stack([nx * pxpy + ny * (1 + py * py), -nx * (1 + px * px) - ny * pxpy,
                       nx * py - ny * px])
-        rows_ttc, cols_ttc = config.ttc_grid
-        region = ((yi * rows_ttc) // height) * cols_ttc + (xi * cols_ttc) // width
+        region = np.take(self._region_map, np.take(pixel, order))
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     # ---- with a gyroscope -----------------------------------------------------------------
@@ -616,7 +622,7 @@ class EgomotionEstimator:
             direction = self._search(
                 lambda dirs, mirror=False: self._cost_free(stats, dirs, mirror)[0], direction,
                 coarse=iteration <= 1, final=iteration == self.config.robust_iterations)
-            omega = self._cost_free(stats, direction[None])[1][0]
+            omega = self._omega_free(stats, direction[None])[0][0]
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
@@ -663,17 +669,23 @@ class EgomotionEstimator:
         """
         aa, am, ga, pairs, h0, gg, gm, total = stats
         count = len(dirs)
-        squares = _squares(dirs)
-        inv = 1.0 / np.maximum(squares @ aa.T, 1e-300)                            # (K, C)
-        # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
-        moments = ((inv @ pairs).reshape(count, 9, 6) @ squares[:, :, None])[:, :, 0]
-        omega = _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9])
+        omega, inv = EgomotionEstimator._omega_free(stats, dirs)
         # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
         s_br = dirs @ am.T - (omega[:, :, None] * dirs[:, None, :]).reshape(count, 9) @ ga.T
         total_r = total + ((omega @ gg - 2.0 * gm) * omega).sum(axis=1)
         if mirror:
             total_r = np.concatenate([total_r, total_r])
         return total_r - _clipped_gain(s_br, inv, mirror), omega
+
+    @staticmethod
+    def _omega_free(stats, dirs):
+        """Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C)."""
+        aa, _, _, pairs, h0, _, gm, _ = stats
+        squares = _squares(dirs)
+        inv = 1.0 / np.maximum(squares @ aa.T, 1e-300)                            # (K, C)
+        # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
+        moments = ((inv @ pairs).reshape(len(dirs), 9, 6) @ squares[:, :, None])[:, :, 0]
+        return _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9]), inv
 
     # ---- shared ---------------------------------------------------------------------------
 
