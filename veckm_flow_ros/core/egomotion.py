@@ -488,10 +488,21 @@ class EgomotionEstimator:
         if config.slow_flow_px_s > 0:
             square = speed * speed
             slow = square / (square + config.slow_flow_px_s ** 2)
-        pxpy = px * py
-        a = np.stack([-nx, -ny, nx * px + ny * py])                          # (3, N)
-        g = np.stack([nx * pxpy + ny * (1 + py * py), -nx * (1 + px * px) - ny * pxpy,
-                      nx * py - ny * px])
+        # a = A^T n = (-nx, -ny, q) with q = nx px + ny py; g = B^T n = (py q + ny,
+        # -(px q + nx), nx py - ny px): written in place, rows of one (6, N) block.
+        ag = np.empty((6, len(m)))
+        np.negative(nx, out=ag[0])
+        np.negative(ny, out=ag[1])
+        q = np.multiply(nx, px, out=ag[2])
+        q += ny * py
+        np.multiply(py, q, out=ag[3])
+        ag[3] += ny
+        np.multiply(px, q, out=ag[4])
+        ag[4] += nx
+        np.negative(ag[4], out=ag[4])
+        np.multiply(nx, py, out=ag[5])
+        ag[5] -= ny * px
+        a, g = ag[:3], ag[3:]                                            # (3, N) each
         region = np.take(self._region_map, np.take(pixel, order))
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
