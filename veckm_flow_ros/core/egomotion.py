@@ -185,7 +185,7 @@ def _clipped_gain(s_br, inv, mirror):
     """
     if not mirror:
         positive = np.maximum(s_br, 0.0)
-        return (positive * positive * inv).sum(axis=1)
+        return np.einsum('kc,kc->k', positive * inv, positive)
     square = s_br * s_br * inv
     positive = (square * (s_br > 0)).sum(axis=1)
     return np.concatenate([positive, square.sum(axis=1) - positive])
@@ -232,7 +232,7 @@ def _solve_sym3(h, rhs):
     products = h[:, _COF_AC] * h[:, _COF_BD]
     cof = products[:, :6] - products[:, 6:]
     det = np.einsum('ki,ki->k', h[:, _FIRST_ROW], cof[:, _FIRST_ROW])
-    det = np.where(np.abs(det) > 1e-300, det, 1e-300)
+    det = np.where(det != 0.0, det, 1e-300)
     # inverse = adjugate / det; the adjugate of a symmetric matrix is its cofactor matrix
     adjugate = cof[:, _3X3_OF_SYM].reshape(-1, 3, 3)
     return (adjugate @ rhs[:, :, None])[:, :, 0] / det[:, None]
@@ -250,7 +250,7 @@ def _tangent_basis(d):
 
 
 def _median(values):
-    """np.median of a 1-D array by one partition (no copy checks, NaN as np.median)."""
+    """np.median of a 1-D array of finite values, by one partition."""
     count = len(values)
     half = count // 2
     if count % 2:
@@ -637,9 +637,10 @@ class EgomotionEstimator:
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
-            known = stats[0], ar, float(np.sum(window.weight * window.robust * r * r))
             if iteration < self.config.robust_iterations:
-                self._reweight(window, r, self._cell_fit(window, r, known, direction))
+                self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
+                                                         direction))
+        known = stats[0], ar, float(np.sum(window.weight * window.robust * r * r))
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
@@ -765,9 +766,9 @@ class EgomotionEstimator:
 
     def _reweight(self, window, r, residual):
         """Huber weights from the residuals (robust scale: median absolute residual)."""
-        scale = 1.4826 * _median(np.abs(residual)) + 1e-12
-        limit = self.config.huber_scale * scale
-        window.robust = np.minimum(1.0, limit / np.maximum(np.abs(residual), 1e-300))
+        size = np.abs(residual)
+        limit = self.config.huber_scale * (1.4826 * _median(size) + 1e-12)
+        window.robust = np.minimum(1.0, limit / np.maximum(size, 1e-300))
 
     def _ttc(self, window, direction, omega):
         """Time to contact per region [s]: weighted median of per-flow estimates."""
