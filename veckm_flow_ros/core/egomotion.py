@@ -277,6 +277,16 @@ def _quadratic_minimum(costs, row, col):
     return (dx, dy) if abs(dx) <= 1 and abs(dy) <= 1 else None
 
 
+def _quadratic_at(values, row, col, offset):
+    """Values (k,) at offset (2,) [spacings] of the quadratic through values[row +- 1, col +- 1]."""
+    f = values[row - 1:row + 2, col - 1:col + 2]
+    dx, dy = offset
+    return (f[1, 1] + 0.5 * (f[2, 1] - f[0, 1]) * dx + 0.5 * (f[1, 2] - f[1, 0]) * dy
+            + 0.5 * (f[2, 1] - 2.0 * f[1, 1] + f[0, 1]) * dx * dx
+            + 0.5 * (f[1, 2] - 2.0 * f[1, 1] + f[1, 0]) * dy * dy
+            + 0.25 * (f[2, 2] - f[2, 0] - f[0, 2] + f[0, 0]) * dx * dy)
+
+
 # A search whose result only starts another search or sets the Huber weights stops this
 # many rounds before refine_steps (at 1/9 of its first step instead of 1/243).
 _INTERMEDIATE_ROUNDS_LESS = 3
@@ -628,12 +638,21 @@ class EgomotionEstimator:
         table = np.concatenate([window.aa_rows, a * m,
                                 (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
         direction = None
-        for iteration in range(self.config.robust_iterations + 1):
+        last = self.config.robust_iterations
+        evaluated = {}
+
+        def cost(dirs, mirror=False):
+            values, evaluated['omega'] = self._cost_free(stats, dirs, mirror)
+            return values
+
+        for iteration in range(last + 1):
             stats = self._cell_stats_free(window, table)
-            direction = self._search(
-                lambda dirs, mirror=False: self._cost_free(stats, dirs, mirror)[0], direction,
-                coarse=iteration <= 1, final=iteration == self.config.robust_iterations)
-            omega = self._omega_free(stats, direction[None])[0][0]
+            direction, omega = self._search(cost, direction, coarse=iteration <= 1,
+                                            final=iteration == last,
+                                            companion=lambda: evaluated['omega'])
+            if iteration == last or omega is None:
+                omega = self._omega_free(stats, direction[None])[0][0]
+            # else: only for the Huber weights, omega from the last grid (smooth in d)
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
@@ -701,7 +720,7 @@ class EgomotionEstimator:
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse, final=True, scale_free=True):
+    def _search(self, cost, direction, coarse, final=True, scale_free=True, companion=None):
         """
         Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
@@ -712,6 +731,9 @@ class EgomotionEstimator:
         point so far, the step shrinking 3x per round, and a last step to the minimum of
         the quadratic through the best point's 3x3 neighbours. scale_free: cost(c d) =
         cost(d) for c > 0 (the least-squares costs), so the grid needs no normalising.
+        companion: returns (K, k) values that came with the last cost call (omega); then
+        return (direction, its value: at the best point, or quadratic through its
+        neighbours; None without rounds).
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
@@ -745,15 +767,21 @@ class EgomotionEstimator:
             best = int(np.argmin(costs))
             direction = dirs[best] / math.sqrt(float(dirs[best] @ dirs[best]))
             step /= 3.0  # now the spacing of this round's pattern
+        value = None
         if rounds:
             # Sub-grid: Newton step on the quadratic through the 3x3 neighbours of the best
             # point, kept within one spacing (costs are smooth between cells' clip changes).
             row, col = divmod(best, 7)
             offset = _quadratic_minimum(costs.reshape(7, 7), row, col)
+            if companion is not None:
+                values = companion().reshape(7, 7, -1)
+                value = values[row, col] if offset is None else \
+                    _quadratic_at(values, row, col, offset)
             if offset is not None:
                 direction = center + ((row - 3 + offset[0]) * step) * basis[0] + \
                     ((col - 3 + offset[1]) * step) * basis[1]
-        return direction / math.sqrt(float(direction @ direction))
+        direction = direction / math.sqrt(float(direction @ direction))
+        return direction if companion is None else (direction, value)
 
     @staticmethod
     def _cell_fit(window, r, stats, direction):
