@@ -747,16 +747,15 @@ class EgomotionEstimator:
                 -half[best - len(candidates)]
         else:
             step *= 0.25
-        # Rounds to the resolution of refine_steps rounds from the coarse step (3 fewer
-        # where not final); a local start is 4x finer and needs one round less.
+        # Final: the rounds to the resolution of refine_steps rounds from the coarse step,
+        # the quadratic step standing in for the last one (a local start is 4x finer and
+        # needs a round less). Not final: 3 rounds fewer than refine_steps (at least 1).
         levels = self.config.refine_steps
-        if final:
-            levels = max(min(levels, 1), levels - 1)
-        else:
-            levels = min(levels, max(1, levels - _INTERMEDIATE_ROUNDS_LESS))
         rounds = 0
-        if levels:
-            ratio = self._coarse_step_rad / step * 3.0 ** -levels   # target / start spacing
+        if levels and not final:
+            rounds = max(1, levels - _INTERMEDIATE_ROUNDS_LESS)
+        elif levels:
+            ratio = self._coarse_step_rad / step * 3.0 ** -max(1, levels - 1)  # target/start
             rounds = max(1, math.ceil(-math.log(ratio) / math.log(3.0) - 1e-9))
         for _ in range(rounds):
             center, basis = direction, _tangent_basis(direction)
