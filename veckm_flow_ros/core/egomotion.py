@@ -232,7 +232,7 @@ def _solve_sym3(h, rhs):
     products = h[:, _COF_AC] * h[:, _COF_BD]
     cof = products[:, :6] - products[:, 6:]
     det = np.einsum('ki,ki->k', h[:, _FIRST_ROW], cof[:, _FIRST_ROW])
-    det = np.where(det != 0.0, det, 1e-300)
+    det = np.where(det != 0.0, det, np.finfo(det.dtype).tiny)
     # inverse = adjugate / det; the adjugate of a symmetric matrix is its cofactor matrix
     adjugate = cof[:, _3X3_OF_SYM].reshape(-1, 3, 3)
     return (adjugate @ rhs[:, :, None])[:, :, 0] / det[:, None]
@@ -642,6 +642,11 @@ class EgomotionEstimator:
         evaluated = {}
 
         def cost(dirs, mirror=False):
+            if mirror:
+                # The coarse grid only picks a start: float32 halves its work.
+                values, _ = self._cost_free(tuple(np.float32(x) for x in stats),
+                                            dirs.astype(np.float32), mirror)
+                return values
             values, evaluated['omega'] = self._cost_free(stats, dirs, mirror)
             return values
 
@@ -713,7 +718,7 @@ class EgomotionEstimator:
         """Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C)."""
         aa, _, _, pairs, h0, _, gm, _ = stats
         squares = _squares(dirs)
-        inv = 1.0 / np.maximum(squares @ aa.T, 1e-300)                            # (K, C)
+        inv = 1.0 / np.maximum(squares @ aa.T, np.finfo(aa.dtype).tiny)            # (K, C)
         # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
         moments = ((inv @ pairs).reshape(len(dirs), 9, 6) @ squares[:, :, None])[:, :, 0]
         return _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9]), inv
