@@ -201,23 +201,23 @@ def _pair_tables():
     """
     Index tables of _cell_stats_free: T_i T_j for the pairs i <= j, i < 3 of T = [G; am] d.
 
-    T_i T_j = sum_{a, b} X[i, a] X[j, b] d_a d_b (X the 4x3 matrix [G; am]); over the 6
-    distinct products d_a d_b (_squares) the coefficient is X[i, a] X[j, b] + X[i, b] X[j, a],
-    halved for a = b. Returns the two flat indices into the products (4x3) x (4x3) and the
-    scale, each (54,) in the order (pair, product).
+    T_i T_j = sum_{a, b} X[i, a] X[j, b] d_a d_b (X the 4x3 matrix [G; am], 12 values
+    row-major); over the 6 distinct products d_a d_b (_squares) the coefficient is
+    X[i, a] X[j, b] + X[i, b] X[j, a], halved for a = b. Returns the indices of the four
+    factors into the 12 values and the scale, each (54,) in the order (pair, product).
     """
     pairs_i = [0, 1, 2, 0, 0, 1, 0, 1, 2]
     pairs_j = [0, 1, 2, 1, 2, 2, 3, 3, 3]
-    first, second, scale = [], [], []
+    tables = [], [], [], [], []
     for i, j in zip(pairs_i, pairs_j):
         for a, b in zip(_SQ_FIRST, _SQ_SECOND):
-            first.append((3 * i + a) * 12 + 3 * j + b)
-            second.append((3 * i + b) * 12 + 3 * j + a)
-            scale.append(0.5 if a == b else 1.0)
-    return np.array(first), np.array(second), np.array(scale)
+            for table, value in zip(tables, (3 * i + a, 3 * j + b, 3 * i + b, 3 * j + a,
+                                             0.5 if a == b else 1.0)):
+                table.append(value)
+    return tuple(np.array(table) for table in tables)
 
 
-_PAIR_FIRST, _PAIR_SECOND, _PAIR_SCALE = _pair_tables()
+_PAIR_A, _PAIR_B, _PAIR_C, _PAIR_D, _PAIR_SCALE = _pair_tables()
 
 
 # The cofactors of a symmetric 3x3 matrix from its 6 distinct entries (order of _squares:
@@ -664,7 +664,7 @@ class EgomotionEstimator:
             if iteration < self.config.robust_iterations:
                 self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
                                                          direction))
-        known = stats[0], ar, float(np.sum(window.weight * window.robust * r * r))
+        known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
@@ -681,18 +681,16 @@ class EgomotionEstimator:
         """
         w = window.weight * window.robust
         sums = window.cell_sums(table, w)
-        cells = len(sums)
         wg = window.g_rows * w
         g, m = window.g, window.m
         ga = sums[:, 9:]
         augmented = np.concatenate([ga, sums[:, 6:9]], axis=1)              # (C, 12): [G; am]
-        products = (augmented[:, :, None] * augmented[:, None, :]).reshape(cells, 144)
-        pairs = (products[:, _PAIR_FIRST] + products[:, _PAIR_SECOND]) * _PAIR_SCALE
+        pairs = (augmented[:, _PAIR_A] * augmented[:, _PAIR_B]
+                 + augmented[:, _PAIR_C] * augmented[:, _PAIR_D]) * _PAIR_SCALE
         gg = wg @ g
         # H's constant part, 6 distinct entries, regularised
         h0 = gg.reshape(9)[_SYM_OF_3X3] + _DIAGONAL * (1e-12 * np.trace(gg))
-        return (sums[:, :6], sums[:, 6:9], ga, pairs, h0, gg, wg @ m,
-                float(np.sum(w * m * m)))
+        return (sums[:, :6], sums[:, 6:9], ga, pairs, h0, gg, wg @ m, float(np.dot(w, m * m)))
 
     @staticmethod
     def _cost_free(stats, dirs, mirror=False):
