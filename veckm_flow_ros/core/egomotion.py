@@ -261,8 +261,10 @@ def _median(values):
 
 def _quadratic_minimum(costs, row, col):
     """
-    Offset (2,) [grid spacings] of the minimum of the quadratic through costs[row +- 1,
-    col +- 1] from (row, col), or None (at the border, not convex, or beyond one spacing).
+    Locate the minimum of the quadratic through the 3x3 costs around (row, col).
+
+    Returns its offset (2,) from (row, col) [grid spacings], or None at the border, where
+    the quadratic is not convex, or beyond one spacing.
     """
     if not (1 <= row < costs.shape[0] - 1 and 1 <= col < costs.shape[1] - 1):
         return None
@@ -278,7 +280,7 @@ def _quadratic_minimum(costs, row, col):
 
 
 def _quadratic_at(values, row, col, offset):
-    """Values (k,) at offset (2,) [spacings] of the quadratic through values[row +- 1, col +- 1]."""
+    """Return values (k,) at offset (2,) [spacings] of the quadratic through 3x3 values."""
     f = values[row - 1:row + 2, col - 1:col + 2]
     dx, dy = offset
     return (f[1, 1] + 0.5 * (f[2, 1] - f[0, 1]) * dx + 0.5 * (f[1, 2] - f[1, 0]) * dy
