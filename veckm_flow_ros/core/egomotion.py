@@ -325,6 +325,7 @@ class _Window:
         self.input_order = input_order
         # (6, N) a a^T, the mixed products twice
         self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
+        self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
 
     def __len__(self):
         return len(self.m)
@@ -332,6 +333,30 @@ class _Window:
     def cell_sums(self, table, weight):
         """Per-cell sums (C, k) of table (k, N) times weight (N,)."""
         return np.add.reduceat(table * weight, self.starts, axis=1).T
+
+    def robust_sums(self, table):
+        """
+        Per-cell sums (C, k) of table (k, N) times weight * robust.
+
+        Most Huber weights are 1: the sums with weight alone are kept per table, and a round
+        takes off the share of the down-weighted flows only (all sums are of bounded or
+        moderate terms in float64: the fit weight 1 / (|flow| + floor) bounds them).
+        """
+        key = id(table)
+        if key not in self._full_sums:
+            self._full_sums[key] = (table, self.cell_sums(table, self.weight))
+        full = self._full_sums[key][1]
+        down = np.flatnonzero(self.robust < 1.0)
+        if 2 * len(down) > len(self.m):
+            return self.cell_sums(table, self.weight * self.robust)
+        sums = np.array(full)
+        if len(down):
+            cells = np.take(self.cell, down)
+            first = np.flatnonzero(np.diff(cells, prepend=-1))
+            share = np.take(self.weight, down) * (1.0 - np.take(self.robust, down))
+            sums[np.take(cells, first)] -= np.add.reduceat(
+                np.take(table, down, axis=1) * share, first, axis=1).T
+        return sums
 
 
 class EgomotionEstimator:
@@ -616,7 +641,7 @@ class EgomotionEstimator:
     @staticmethod
     def _cell_stats_known(window, table):
         """Per-cell sums of a a^T (6 values), a r (3) and r^2 (1) with the fit's weights."""
-        sums = window.cell_sums(table, window.weight * window.robust)
+        sums = window.robust_sums(table)
         return sums[:, :6], sums[:, 6:9], float(sums[:, 9].sum())
 
     @staticmethod
@@ -682,7 +707,7 @@ class EgomotionEstimator:
         sum is one matrix product.
         """
         w = window.weight * window.robust
-        sums = window.cell_sums(table, w)
+        sums = window.robust_sums(table)
         wg = window.g_rows * w
         g, m = window.g, window.m
         ga = sums[:, 9:]
