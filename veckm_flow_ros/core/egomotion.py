@@ -289,8 +289,9 @@ def _quadratic_at(values, row, col, offset):
             + 0.25 * (f[2, 2] - f[2, 0] - f[0, 2] + f[0, 0]) * dx * dy)
 
 
-# A search whose result only starts another search or sets the Huber weights stops this
-# many rounds before refine_steps (at 1/9 of its first step instead of 1/243).
+# A search whose result only starts another search or sets the Huber weights takes this
+# many rounds fewer than refine_steps (2 by default: a grid spacing of 1/27 of its first
+# step, then the quadratic step).
 _INTERMEDIATE_ROUNDS_LESS = 3
 # The tolerance check's global least-squares fit stops when its first search ends this close
 # to the local fit's first [deg]: both sit in the same basin, the check cannot change much.
@@ -605,7 +606,9 @@ class EgomotionEstimator:
         Least-squares direction for derotated flows r with Huber rounds: (d, stats, first).
 
         table: the per-flow products of _solve_gyro; start_stats: its cell sums with the
-        current Huber weights.
+        current Huber weights; first: the direction of the first search (before any Huber
+        round). known_first: another fit's first direction; when this fit's first search
+        ends within _SAME_BASIN_DEG of it, returns (None, None, None) at once.
         """
         stats = start_stats
         last = self.config.robust_iterations
