@@ -17,6 +17,7 @@ Cost of EgomotionEstimator.estimate per window, with and without gyroscope.
 
     OMP_NUM_THREADS=1 python3 benchmarks/bench_egomotion.py [--rates 100000 300000 1000000]
                                                             [--window-ms 30] [--repeats 20]
+                                                            [--reference OLD_egomotion.py]
 
 Each case is a window of window_ms at a flow rate (analytic normal flow of a 346x260 camera
 with plumb_bob distortion, random motion), estimated `--repeats` times. Columns: flows per
@@ -24,7 +25,10 @@ window, flows used (max_flows subsamples above it), CPU ms and wall ms per windo
 and the CPU share of one core the estimator needs to keep up with the rate, per 100 k flows/s
 of input. The baseline row (measured in the same run) is the input stage alone (pixel ->
 normalized undistorted coordinates and the normal-flow transform) at the same rate; the last
-column is each row's ratio to it.
+column is each row's ratio to it. --reference FILE: another version of
+veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomotion.py >
+/tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
+"(reference)"), so that both see the same load.
 """
 
 import argparse
@@ -52,15 +56,35 @@ def analytic_window(camera, count, rng):
     return x_px, y_px, magnitude * np.cos(angle), magnitude * np.sin(angle), omega
 
 
-def measure(function, repeats):
-    """Median CPU and wall time [ms] of function() over repeats calls."""
-    cpu, wall = [], []
+def measure(function, repeats, other=None):
+    """
+    Median CPU and wall time [ms] of function() over repeats calls, and its last result.
+
+    other: a second function called alternately with the first; then returns a pair of
+    (cpu, wall, result), the first function's and the other's.
+    """
+    functions = [function] if other is None else [function, other]
+    cpu, wall, result = [[] for _ in functions], [[] for _ in functions], [None] * 2
     for _ in range(repeats):
-        c0, w0 = time.process_time(), time.perf_counter()
-        result = function()
-        cpu.append((time.process_time() - c0) * 1e3)
-        wall.append((time.perf_counter() - w0) * 1e3)
-    return statistics.median(cpu), statistics.median(wall), result
+        for index, call in enumerate(functions):
+            c0, w0 = time.process_time(), time.perf_counter()
+            result[index] = call()
+            cpu[index].append((time.process_time() - c0) * 1e3)
+            wall[index].append((time.perf_counter() - w0) * 1e3)
+    timings = [(statistics.median(c), statistics.median(w), r)
+               for c, w, r in zip(cpu, wall, result)]
+    return timings[0] if other is None else timings
+
+
+def load_reference(path):
+    """Import another version of veckm_flow_ros/core/egomotion.py from path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('reference_egomotion', path)
+    if spec is None:
+        raise SystemExit(f'--reference {path}: not a Python file')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -69,12 +93,19 @@ def main():
                         help='flow rates [flows/s]')
     parser.add_argument('--window-ms', type=float, default=30.0)
     parser.add_argument('--repeats', type=int, default=20)
+    parser.add_argument('--reference', default=None,
+                        help='another egomotion.py, timed interleaved (rows "(reference)")')
     args = parser.parse_args()
     from veckm_flow_ros.core.camera import CameraModel
     from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
     camera = CameraModel.pinhole(346, 260, 250.0, 'plumb_bob', (-0.3, 0.1, 1e-3, -1e-3, 0.0))
     config = EgomotionConfig(window_s=args.window_ms * 1e-3)
     estimator = EgomotionEstimator(camera, config)
+    reference = None
+    if args.reference:
+        module = load_reference(args.reference)
+        reference = module.EgomotionEstimator(
+            camera, module.EgomotionConfig(window_s=args.window_ms * 1e-3))
     rng = np.random.default_rng(0)
     print(f'window {args.window_ms:g} ms, max_flows {config.max_flows}, cells '
           f'{config.cell_px} px, {config.sphere_directions} sphere directions\n')
@@ -89,9 +120,16 @@ def main():
             lambda: estimator._prepare(x, y, u, v, None), args.repeats)
         rows.append(('baseline: input stage', '-', base_cpu, base_wall))
         for case, gyro in (('with gyro', omega), ('without gyro', None)):
-            cpu, wall, result = measure(
-                lambda: estimator.estimate(x, y, u, v, omega_rad_s=gyro), args.repeats)
-            rows.append((case, result.num_flows, cpu, wall))
+            def run(chosen):
+                return lambda: chosen.estimate(x, y, u, v, omega_rad_s=gyro)
+            if reference is None:
+                cpu, wall, result = measure(run(estimator), args.repeats)
+                rows.append((case, result.num_flows, cpu, wall))
+                continue
+            for label, (cpu, wall, result) in zip(
+                    ('', ' (reference)'),
+                    measure(run(estimator), args.repeats, run(reference))):
+                rows.append((case + label, result.num_flows, cpu, wall))
         for case, used, cpu, wall in rows:
             share = 100.0 * cpu / args.window_ms / (rate / 1e5)
             print(f'| {rate:,.0f} | {case} | {count:,} | {used} | {cpu:.2f} | {wall:.2f} | '

@@ -165,63 +165,199 @@ def fibonacci_sphere(count: int) -> np.ndarray:
     return np.stack([radius * np.cos(angle), radius * np.sin(angle), z], axis=1)
 
 
-def _outer(first, second=None):
-    """Return the (K, 9) outer products first second^T of rows (K, 3), row-major."""
-    second = first if second is None else second
-    return (first[:, :, None] * second[:, None, :]).reshape(len(first), 9)
+# The six distinct products of a row (x, y, z) with itself: x x, y y, z z, x y, x z, y z.
+_SQ_FIRST, _SQ_SECOND = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2])
+# Per-flow tables hold the mixed products twice: a direction's six products then give the
+# quadratic form d^T S d of the symmetric 3x3 sum S in one dot product.
+_SQ_TWICE = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
 
 
-def _cell_sums(window, columns):
-    """Per-cell sums of the rows of each (N, k) array: one bincount for all of them."""
-    values = np.concatenate(columns, axis=1)
-    width = values.shape[1]
-    index = (window.cell[:, None] * width + np.arange(width)).reshape(-1)
-    sums = np.bincount(index, values.reshape(-1), window.num_cells * width)
-    sums = sums.reshape(window.num_cells, width)
-    parts = np.cumsum([0] + [column.shape[1] for column in columns])
-    return [sums[:, lo:hi] for lo, hi in zip(parts[:-1], parts[1:])]
+def _squares(rows):
+    """Return the (K, 6) products x x, y y, z z, x y, x z, y z of the rows (K, 3)."""
+    return rows[:, _SQ_FIRST] * rows[:, _SQ_SECOND]
 
 
-def _solve3(h, rhs):
-    """Solve the 3x3 systems h (K, 3, 3) x = rhs (K, 3) by the adjugate (fast for small K)."""
-    c0 = np.cross(h[:, 1], h[:, 2])
-    c1 = np.cross(h[:, 2], h[:, 0])
-    c2 = np.cross(h[:, 0], h[:, 1])
-    det = np.einsum('ki,ki->k', h[:, 0], c0)
-    det = np.where(np.abs(det) > 1e-300, det, 1e-300)
-    # inverse = [c0 c1 c2] / det (columns), so x = (c0 rhs0 + c1 rhs1 + c2 rhs2) / det
-    return (c0 * rhs[:, :1] + c1 * rhs[:, 1:2] + c2 * rhs[:, 2:]) / det[:, None]
+def _clipped_gain(s_br, inv, mirror):
+    """
+    Return sum_c max(0, s_br)^2 inv (K,) per row: the share the cell depths explain.
+
+    mirror: (2 K,), then also for -s_br (the opposite directions), from the same products.
+    """
+    if not mirror:
+        positive = np.maximum(s_br, 0.0)
+        return np.einsum('kc,kc->k', positive * inv, positive)
+    square = s_br * s_br * inv
+    positive = (square * (s_br > 0)).sum(axis=1)
+    return np.concatenate([positive, square.sum(axis=1) - positive])
+
+
+# The 6 distinct entries of a symmetric 3x3 matrix (order of _squares) and back to 9.
+_SYM_OF_3X3 = np.array([0, 4, 8, 1, 2, 5])
+_3X3_OF_SYM = np.array([0, 3, 4, 3, 1, 5, 4, 5, 2])
+_DIAGONAL = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def _pair_tables():
+    """
+    Index tables of _cell_stats_free: T_i T_j for the pairs i <= j, i < 3 of T = [G; am] d.
+
+    T_i T_j = sum_{a, b} X[i, a] X[j, b] d_a d_b (X the 4x3 matrix [G; am], 12 values
+    row-major); over the 6 distinct products d_a d_b (_squares) the coefficient is
+    X[i, a] X[j, b] + X[i, b] X[j, a], halved for a = b. Returns the indices of the four
+    factors into the 12 values and the scale, each (54,) in the order (pair, product).
+    """
+    pairs_i = [0, 1, 2, 0, 0, 1, 0, 1, 2]
+    pairs_j = [0, 1, 2, 1, 2, 2, 3, 3, 3]
+    tables = [], [], [], [], []
+    for i, j in zip(pairs_i, pairs_j):
+        for a, b in zip(_SQ_FIRST, _SQ_SECOND):
+            for table, value in zip(tables, (3 * i + a, 3 * j + b, 3 * i + b, 3 * j + a,
+                                             0.5 if a == b else 1.0)):
+                table.append(value)
+    return tuple(np.array(table) for table in tables)
+
+
+_PAIR_A, _PAIR_B, _PAIR_C, _PAIR_D, _PAIR_SCALE = _pair_tables()
+
+
+# The cofactors of a symmetric 3x3 matrix from its 6 distinct entries (order of _squares:
+# h00 h11 h22 h01 h02 h12), in the same order: h[first 6] * h[...] - h[last 6] * h[...].
+_COF_AC = np.array([1, 0, 0, 4, 3, 3, 5, 4, 3, 3, 4, 0])
+_COF_BD = np.array([2, 2, 1, 5, 5, 4, 5, 4, 3, 2, 1, 5])
+_FIRST_ROW = np.array([0, 3, 4])  # h00 h01 h02 (and their cofactors)
+
+
+def _solve_sym3(h, rhs):
+    """Solve the symmetric 3x3 systems h (K, 6 distinct entries) x = rhs (K, 3): adjugate."""
+    products = h[:, _COF_AC] * h[:, _COF_BD]
+    cof = products[:, :6] - products[:, 6:]
+    det = np.einsum('ki,ki->k', h[:, _FIRST_ROW], cof[:, _FIRST_ROW])
+    det = np.where(det != 0.0, det, np.finfo(det.dtype).tiny)
+    # inverse = adjugate / det; the adjugate of a symmetric matrix is its cofactor matrix
+    adjugate = cof[:, _3X3_OF_SYM].reshape(-1, 3, 3)
+    return (adjugate @ rhs[:, :, None])[:, :, 0] / det[:, None]
 
 
 def _tangent_basis(d):
-    """Two unit vectors orthogonal to unit d (and to each other)."""
+    """Return (2, 3): two unit vectors orthogonal to unit d (and to each other)."""
     x, y, z = (float(value) for value in d)
     # d x e_x or d x e_y, whichever is better conditioned
-    e1 = np.array([0.0, z, -y]) if abs(x) < 0.9 else np.array([-z, 0.0, x])
-    e1 /= math.sqrt(float(e1 @ e1))
-    e2 = np.array([y * e1[2] - z * e1[1], z * e1[0] - x * e1[2], x * e1[1] - y * e1[0]])
-    return e1, e2
+    e1 = (0.0, z, -y) if abs(x) < 0.9 else (-z, 0.0, x)
+    scale = 1.0 / math.sqrt(e1[0] ** 2 + e1[1] ** 2 + e1[2] ** 2)
+    e1 = (e1[0] * scale, e1[1] * scale, e1[2] * scale)
+    return np.array([e1, (y * e1[2] - z * e1[1], z * e1[0] - x * e1[2],
+                          x * e1[1] - y * e1[0])])
 
+
+def _median(values):
+    """np.median of a 1-D array of finite values, by one partition."""
+    count = len(values)
+    half = count // 2
+    if count % 2:
+        return float(np.partition(values, half)[half])
+    low, high = np.partition(values, (half - 1, half))[half - 1:half + 1]
+    return 0.5 * (float(low) + float(high))
+
+
+def _quadratic_minimum(costs, row, col):
+    """
+    Locate the minimum of the quadratic through the 3x3 costs around (row, col).
+
+    Returns its offset (2,) from (row, col) [grid spacings], or None at the border, where
+    the quadratic is not convex, or beyond one spacing.
+    """
+    if not (1 <= row < costs.shape[0] - 1 and 1 <= col < costs.shape[1] - 1):
+        return None
+    f = costs[row - 1:row + 2, col - 1:col + 2]
+    gx, gy = 0.5 * (f[2, 1] - f[0, 1]), 0.5 * (f[1, 2] - f[1, 0])
+    hxx, hyy = f[2, 1] - 2.0 * f[1, 1] + f[0, 1], f[1, 2] - 2.0 * f[1, 1] + f[1, 0]
+    hxy = 0.25 * (f[2, 2] - f[2, 0] - f[0, 2] + f[0, 0])
+    det = hxx * hyy - hxy * hxy
+    if not (hxx > 0 and det > 0):
+        return None
+    dx, dy = (hxy * gy - hyy * gx) / det, (hxy * gx - hxx * gy) / det
+    return (dx, dy) if abs(dx) <= 1 and abs(dy) <= 1 else None
+
+
+def _quadratic_at(values, row, col, offset):
+    """Return values (k,) at offset (2,) [spacings] of the quadratic through 3x3 values."""
+    f = values[row - 1:row + 2, col - 1:col + 2]
+    dx, dy = offset
+    return (f[1, 1] + 0.5 * (f[2, 1] - f[0, 1]) * dx + 0.5 * (f[1, 2] - f[1, 0]) * dy
+            + 0.5 * (f[2, 1] - 2.0 * f[1, 1] + f[0, 1]) * dx * dx
+            + 0.5 * (f[1, 2] - 2.0 * f[1, 1] + f[1, 0]) * dy * dy
+            + 0.25 * (f[2, 2] - f[2, 0] - f[0, 2] + f[0, 0]) * dx * dy)
+
+
+# A search whose result only starts another search or sets the Huber weights takes this
+# many rounds fewer than refine_steps (2 by default: a grid spacing of 1/27 of its first
+# step, then the quadratic step).
+_INTERMEDIATE_ROUNDS_LESS = 3
+# The tolerance check's global least-squares fit stops when its first search ends this close
+# to the local fit's first [deg]: both sit in the same basin, the check cannot change much.
+_SAME_BASIN_DEG = 1.0
 
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
 
 class _Window:
-    """The usable flows of one window in normalized form (see the module doc)."""
+    """
+    The usable flows of one window in normalized form (see the module doc).
 
-    def __init__(self, a, g, m, weight, validity, slow, cell, num_cells, region):
-        self.a, self.g, self.m = a, g, m          # (N, 3), (N, 3), (N,)
+    The flows are sorted by depth cell (cell k holds flows starts[k]:starts[k + 1]), so the
+    per-cell sums are one np.add.reduceat; input_order: their increasing positions in the
+    input (the flows in input order are argsort(input_order)). Per-flow tables are stored
+    one row per quantity (k, N): products and sums along rows are contiguous.
+    """
+
+    def __init__(self, a_rows, g_rows, m, weight, validity, slow, cell, starts, region,
+                 input_order):
+        self.a_rows, self.g_rows = a_rows, g_rows  # (3, N) each
+        self.a, self.g, self.m = a_rows.T, g_rows.T, m  # (N, 3) views, (N,)
         self.weight = weight                      # (N,) fit weight: validity / (|flow| + floor)
         self.validity = validity                  # (N,) input weight alone
         self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
         self.robust = np.ones_like(m)             # (N,) Huber weights
-        self.cell = cell                          # (N,) depth cell index
-        self.num_cells = num_cells
+        self.cell = cell                          # (N,) depth cell index, sorted
+        self.starts = starts                      # (C,) first flow of each cell
+        self.num_cells = len(starts)
         self.region = region                      # (N,) time-to-contact region index
+        self.input_order = input_order
+        # (6, N) a a^T, the mixed products twice
+        self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
+        self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
 
     def __len__(self):
         return len(self.m)
+
+    def cell_sums(self, table, weight):
+        """Per-cell sums (C, k) of table (k, N) times weight (N,)."""
+        return np.add.reduceat(table * weight, self.starts, axis=1).T
+
+    def robust_sums(self, table):
+        """
+        Per-cell sums (C, k) of table (k, N) times weight * robust.
+
+        Most Huber weights are 1: the sums with weight alone are kept per table, and a round
+        takes off the share of the down-weighted flows only (all sums are of bounded or
+        moderate terms in float64: the fit weight 1 / (|flow| + floor) bounds them).
+        """
+        key = id(table)
+        if key not in self._full_sums:
+            self._full_sums[key] = (table, self.cell_sums(table, self.weight))
+        full = self._full_sums[key][1]
+        down = np.flatnonzero(self.robust < 1.0)
+        if 2 * len(down) > len(self.m):
+            return self.cell_sums(table, self.weight * self.robust)
+        sums = np.array(full)
+        if len(down):
+            cells = np.take(self.cell, down)
+            first = np.flatnonzero(np.diff(cells, prepend=-1))
+            share = np.take(self.weight, down) * (1.0 - np.take(self.robust, down))
+            sums[np.take(cells, first)] -= np.add.reduceat(
+                np.take(table, down, axis=1) * share, first, axis=1).T
+        return sums
 
 
 class EgomotionEstimator:
@@ -234,21 +370,34 @@ class EgomotionEstimator:
     def __init__(self, camera: CameraModel, config: EgomotionConfig = None):
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
-        self._sphere = fibonacci_sphere(self.config.sphere_directions)
-        # The sign vote's grid: half the sphere and its mirror image (|a . d| is the same for
-        # d and -d, so numpy could share it; the grid is antipodal for that reason).
-        half = self._sphere[self._sphere[:, 2] >= 0]
-        self._sign_sphere = np.concatenate([half, -half])
+        # The coarse grid: half a Fibonacci sphere and its mirror image. Every cost shares
+        # most of its work between d and -d (see the costs' `mirror`).
+        sphere = fibonacci_sphere(self.config.sphere_directions)
+        self._half_sphere = sphere[sphere[:, 2] >= 0]
         self._previous = None  # the last window's direction: one more start of the search
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
         # the module doc, so a window costs a table look-up per flow.
         x, y = camera.pixel_grid_normalized()
-        self._x_map, self._y_map = x.reshape(-1), y.reshape(-1)
         jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
         k2 = camera.K[:2, :2]
-        self._mt_map = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
+        mt = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
+        # float32 (1e-7 relative, far below any flow error): half the cache it takes.
+        self._pixel_map = np.concatenate([x.reshape(-1, 1), y.reshape(-1, 1), mt],
+                                         axis=1).astype(np.float32)
+        # Per pixel: its depth cell (cells_x * cells_y where the pixel has no normalized
+        # coordinates) and its time-to-contact region.
+        config = self.config
+        cols = -(-camera.width // config.cell_px)
+        self._num_cells = cols * -(-camera.height // config.cell_px)
+        yi, xi = np.divmod(np.arange(camera.width * camera.height), camera.width)
+        valid = np.isfinite(x.reshape(-1)) & np.isfinite(y.reshape(-1))
+        self._cell_map = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
+                                  self._num_cells).astype(np.int32)
+        rows_ttc, cols_ttc = config.ttc_grid
+        self._region_map = (((yi * rows_ttc) // camera.height) * cols_ttc + (
+            (xi * cols_ttc) // camera.width)).astype(np.int16)
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -325,55 +474,77 @@ class EgomotionEstimator:
         if len(set(lengths.values())) != 1:
             raise ValueError(f'egomotion inputs differ in length: {lengths}')
         config = self.config
+        width, height = self.camera.width, self.camera.height
         if lengths['x_px'] > config.max_flows:
             # Even subsampling first: the cost of a window stays bounded at any flow rate.
             pick = np.linspace(0, lengths['x_px'] - 1, config.max_flows).astype(np.int64)
-            columns = [c[pick] for c in columns]
-        x, y = (np.round(c.astype(np.float64)) for c in columns[:2])
+            columns = [np.take(c, pick) for c in columns]
+        x, y = (np.rint(c.astype(np.float64)) for c in columns[:2])
         u, v = (c.astype(np.float64) for c in columns[2:4])
-        w = columns[4].astype(np.float64) if weight is not None else np.ones(len(u))
-        speed = np.hypot(u, v)
-        keep = (np.isfinite(x) & np.isfinite(y) & np.isfinite(speed) & (speed > 1e-9)
-                & np.isfinite(w) & (w > 0) & (w >= config.min_validity)
-                & (x >= 0) & (y >= 0) & (x < self.camera.width) & (y < self.camera.height))
+        speed = np.sqrt(u * u + v * v)
+        # Comparisons are False for NaN; x < width and speed < inf also reject infinities.
+        keep = ((x >= 0) & (x < width) & (y >= 0) & (y < height) & (speed > 1e-9)
+                & (speed < np.inf))
+        if weight is not None:
+            w = columns[4].astype(np.float64)
+            keep &= (w > 0) & (w >= config.min_validity) & (w < np.inf)
         index = np.flatnonzero(keep)
         if len(index) == 0:
             return None
-        validity = w
+        # (np.take: gathers much faster than fancy indexing)
+        pixel = np.take(y * width + x, index).astype(np.int64)
+        maps = np.take(self._pixel_map, pixel, axis=0).astype(np.float64)  # x, y, M^T (N, 6)
+        speed = np.take(speed, index)
+        nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
+        nx = maps[:, 2] * nx_px + maps[:, 3] * ny_px
+        ny = maps[:, 4] * nx_px + maps[:, 5] * ny_px
+        norm = np.sqrt(nx * nx + ny * ny)
+        m = speed / norm
+        # Cells with too few flows tell nothing about depth: leave their flows out. Flows
+        # without normalized coordinates or magnitude go to one more cell, never used.
+        num_cells = self._num_cells
+        cell = np.where(np.isfinite(m), np.take(self._cell_map, pixel), num_cells)
+        counts = np.bincount(cell, minlength=num_cells + 1)
+        present = counts >= config.min_cell_flows
+        present[num_cells] = False
+        # The usable flows sorted by cell (stable: in input order within a cell; a radix
+        # sort for 16-bit keys).
+        key = cell.astype(np.uint16) if num_cells < 65535 else cell
+        order = np.argsort(key, kind='stable')
+        order = order[np.take(present, np.take(cell, order))]
+        if len(order) == 0:
+            return None
+        counts = counts[:num_cells][present[:num_cells]]
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        cell = np.repeat(np.arange(len(counts)), counts)
+        px, py, nx, ny, m, speed = np.take(
+            np.stack([maps[:, 0], maps[:, 1], nx / norm, ny / norm, m, speed]), order, axis=1)
+        validity = np.take(w, np.take(index, order)) if weight is not None else \
+            np.ones(len(order))
+        w = validity
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
         slow = np.ones_like(w)
         if config.slow_flow_px_s > 0:
-            slow = speed ** 2 / (speed ** 2 + config.slow_flow_px_s ** 2)
-        xi, yi = x[index].astype(np.int64), y[index].astype(np.int64)
-        pixel = yi * self.camera.width + xi
-        px, py = self._x_map[pixel], self._y_map[pixel]
-        nx_px, ny_px = u[index] / speed[index], v[index] / speed[index]
-        mt = self._mt_map[pixel]                                   # (N, 4): M^T row-major
-        nx = mt[:, 0] * nx_px + mt[:, 1] * ny_px
-        ny = mt[:, 2] * nx_px + mt[:, 3] * ny_px
-        norm = np.hypot(nx, ny)
-        m = speed[index] / norm
-        nx, ny = nx / norm, ny / norm
-        ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(m)
-        if not ok.all():
-            nx, ny, px, py, m = nx[ok], ny[ok], px[ok], py[ok], m[ok]
-            xi, yi = xi[ok], yi[ok]
-        w, validity, slow = w[index][ok], validity[index][ok], slow[index][ok]
-        a = np.stack([-nx, -ny, nx * px + ny * py], axis=1)
-        g = np.stack([nx * px * py + ny * (1 + py * py), -nx * (1 + px * px) - ny * px * py,
-                      nx * py - ny * px], axis=1)
-        cols = -(-self.camera.width // config.cell_px)
-        cell = (yi // config.cell_px) * cols + xi // config.cell_px
-        # Cells with too few flows tell nothing about depth: leave their flows out.
-        counts = np.bincount(cell)
-        used = counts[cell] >= config.min_cell_flows
-        cell_ids, cell = np.unique(cell[used], return_inverse=True)
-        rows_ttc, cols_ttc = config.ttc_grid
-        region = ((yi[used] * rows_ttc) // self.camera.height) * cols_ttc + (
-            (xi[used] * cols_ttc) // self.camera.width)
-        return _Window(a[used], g[used], m[used], w[used], validity[used], slow[used], cell,
-                       len(cell_ids), region)
+            square = speed * speed
+            slow = square / (square + config.slow_flow_px_s ** 2)
+        # a = A^T n = (-nx, -ny, q) with q = nx px + ny py; g = B^T n = (py q + ny,
+        # -(px q + nx), nx py - ny px): written in place, rows of one (6, N) block.
+        ag = np.empty((6, len(m)))
+        np.negative(nx, out=ag[0])
+        np.negative(ny, out=ag[1])
+        q = np.multiply(nx, px, out=ag[2])
+        q += ny * py
+        np.multiply(py, q, out=ag[3])
+        ag[3] += ny
+        np.multiply(px, q, out=ag[4])
+        ag[4] += nx
+        np.negative(ag[4], out=ag[4])
+        np.multiply(nx, py, out=ag[5])
+        ag[5] -= ny * px
+        a, g = ag[:3], ag[3:]                                            # (3, N) each
+        region = np.take(self._region_map, np.take(pixel, order))
+        return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
@@ -386,6 +557,9 @@ class EgomotionEstimator:
         window.weight = window.weight * window.slow
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
+        # Per flow a a^T, a r, r^2: every fit below sums this table per cell with its weights.
+        table = np.concatenate([window.aa_rows, window.a_rows * r, (r * r)[None]])
+        start_stats = self._cell_stats_known(window, table)
         direction = None
         coarse_rounds = 1
         if config.sign_start:
@@ -394,14 +568,19 @@ class EgomotionEstimator:
             # how far their derotated flow stands out of the rotational flow's error.
             trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
             signed = window.weight * window.robust * trust * np.sign(r)
-            # At most sign_flows flows (evenly spread): the vote needs no more.
-            step = -(-len(r) // config.sign_flows)
-            a_sign, signed_sign = window.a[::step], signed[::step]
-            direction = self._search(lambda dirs: self._cost_sign(a_sign, signed_sign, dirs),
-                                     None, coarse=True, sphere=self._sign_sphere)
+            # At most sign_flows flows (evenly spread in input order): the vote needs no more.
+            pick = np.argsort(window.input_order)[::-(-len(r) // config.sign_flows)]
+            # float32: the vote only picks a start that the least squares refine.
+            a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
+            signed_sign = np.take(signed, pick).astype(np.float32)
+            direction = self._search(
+                lambda dirs, mirror=False: self._cost_sign(
+                    a_sign, signed_sign, dirs.astype(np.float32), mirror),
+                None, coarse=True, final=False, scale_free=False)
             coarse_rounds = -1
         robust = window.robust
-        direction, stats = self._fit_known(window, r, direction, coarse_rounds)
+        direction, stats, first = self._fit_known(window, r, table, start_stats, direction,
+                                                  coarse_rounds)
         if config.sign_start:
             # The least squares from the sign start refine it only locally: magnitude errors
             # can put their global minimum elsewhere (e.g. the opposite direction). Their
@@ -409,154 +588,249 @@ class EgomotionEstimator:
             # (flows of exact magnitude: a sign start in a wrong basin).
             local_robust = window.robust
             window.robust = robust
-            other, other_stats = self._fit_known(window, r, None, 1)
-            costs = self._cost_sign(window.a, signed, np.stack([direction, other]))
-            if costs[1] <= costs[0] * (1.0 + config.sign_tolerance):
+            other, other_stats, _ = self._fit_known(window, r, table, start_stats, None, 1,
+                                                    first)
+            if other is None:
+                window.robust = local_robust
+            elif self._cost_sign(window.a, signed, other[None])[0] <= self._cost_sign(
+                    window.a, signed, direction[None])[0] * (1.0 + config.sign_tolerance):
                 direction, stats = other, other_stats
             else:
                 window.robust = local_robust
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
 
-    def _fit_known(self, window, r, direction, coarse_rounds):
-        """Least-squares direction for derotated flows r with Huber rounds: (d, stats)."""
-        for iteration in range(self.config.robust_iterations + 1):
-            stats = self._cell_stats_known(window, r)
-            direction = self._search(lambda dirs: self._cost_known(stats, dirs), direction,
-                                     coarse=iteration <= coarse_rounds)
-            if iteration < self.config.robust_iterations:
-                self._reweight(window, r, self._cell_fit(window, r, direction))
-        return direction, stats
+    def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds,
+                   known_first=None):
+        """
+        Least-squares direction for derotated flows r with Huber rounds: (d, stats, first).
+
+        table: the per-flow products of _solve_gyro; start_stats: its cell sums with the
+        current Huber weights; first: the direction of the first search (before any Huber
+        round). known_first: another fit's first direction; when this fit's first search
+        ends within _SAME_BASIN_DEG of it, returns (None, None, None) at once.
+        """
+        stats = start_stats
+        last = self.config.robust_iterations
+        first = None
+        for iteration in range(last + 1):
+            if iteration:
+                stats = self._cell_stats_known(window, table)
+            direction = self._search(
+                lambda dirs, mirror=False: self._cost_known(stats, dirs, mirror), direction,
+                coarse=iteration <= coarse_rounds, final=iteration == last)
+            if iteration == 0:
+                first = direction
+                if known_first is not None and float(direction @ known_first) >= \
+                        math.cos(math.radians(_SAME_BASIN_DEG)):
+                    return None, None, None
+            if iteration < last:
+                self._reweight(window, r, self._cell_fit(window, r, stats, direction))
+        return direction, stats, first
 
     @staticmethod
-    def _cost_sign(a, signed, dirs):
+    def _cost_sign(a, signed, dirs, mirror=False):
         """
         Sign disagreement (K,) of each direction (K, 3): sum of w max(0, -sign(r) a . d).
 
         a: (N, 3) the flows' a; signed: (N,) their weights times the sign of their derotated
         flow r. As max(0, -x) = (|x| - x) / 2: one product for |a . d|, the rest is linear.
+        mirror: return (2 K,), the costs of dirs and then of -dirs (same |a . d|).
         """
         absolute = np.abs(signed) @ np.abs(a @ dirs.T)                              # (K,)
-        return 0.5 * (absolute - dirs @ (a.T @ signed))
+        linear = dirs @ (a.T @ signed)
+        if mirror:
+            return 0.5 * np.concatenate([absolute - linear, absolute + linear])
+        return 0.5 * (absolute - linear)
 
     @staticmethod
-    def _cell_stats_known(window, r):
-        w = window.weight * window.robust
-        a = window.a
-        wa = a * w[:, None]
-        aa, ar = _cell_sums(window, [_outer(wa, a), wa * r[:, None]])
-        return aa, ar, float(np.sum(w * r * r))
+    def _cell_stats_known(window, table):
+        """Per-cell sums of a a^T (6 values), a r (3) and r^2 (1) with the fit's weights."""
+        sums = window.robust_sums(table)
+        return sums[:, :6], sums[:, 6:9], float(sums[:, 9].sum())
 
     @staticmethod
-    def _cost_known(stats, dirs):
-        """Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb."""
+    def _cost_known(stats, dirs, mirror=False):
+        """
+        Weighted residual for each direction (K, 3): sum r^2 - sum_c max(0, S_br)^2 / S_bb.
+
+        mirror: return (2 K,), the residuals of dirs and then of -dirs (S_br changes sign).
+        """
         aa, ar, total = stats
-        s_bb = _outer(dirs) @ aa.T
-        s_br = dirs @ ar.T
-        gain = np.maximum(s_br, 0.0) ** 2 / np.maximum(s_bb, 1e-300)
-        return total - gain.sum(axis=1)
+        inv = 1.0 / np.maximum(_squares(dirs) @ aa.T, 1e-300)
+        return total - _clipped_gain(dirs @ ar.T, inv, mirror)
 
     # ---- without a gyroscope --------------------------------------------------------------
 
     def _solve_free(self, window):
         """Direction and omega together: cell depths and omega by least squares per direction."""
-        self._reweight(window, window.m, window.m)  # caps gross outliers before any fit
+        a, g, m = window.a_rows, window.g, window.m
+        self._reweight(window, m, m)  # caps gross outliers before any fit
+        # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
+        table = np.concatenate([window.aa_rows, a * m,
+                                (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
         direction = None
-        for iteration in range(self.config.robust_iterations + 1):
-            stats = self._cell_stats_free(window)
-            direction = self._search(lambda dirs: self._cost_free(stats, dirs)[0], direction,
-                                     coarse=iteration <= 1)
-            omega = self._cost_free(stats, direction[None])[1][0]
-            r = window.m - window.g @ omega
+        last = self.config.robust_iterations
+        evaluated = {}
+
+        def cost(dirs, mirror=False):
+            if mirror:
+                # The coarse grid only picks a start: float32 halves its work.
+                values, _ = self._cost_free(tuple(np.float32(x) for x in stats),
+                                            dirs.astype(np.float32), mirror)
+                return values
+            values, evaluated['omega'] = self._cost_free(stats, dirs, mirror)
+            return values
+
+        for iteration in range(last + 1):
+            stats = self._cell_stats_free(window, table)
+            direction, omega = self._search(cost, direction, coarse=iteration <= 1,
+                                            final=iteration == last,
+                                            companion=lambda: evaluated['omega'])
+            if iteration == last or omega is None:
+                omega = self._omega_free(stats, direction[None])[0][0]
+            # else: only for the Huber weights, omega from the last grid (smooth in d)
+            r = m - g @ omega
+            # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
+            ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
             if iteration < self.config.robust_iterations:
-                self._reweight(window, r, self._cell_fit(window, r, direction))
+                self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
+                                                         direction))
+        known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
         # The explained share of the flow left after rotation, as with a gyroscope.
-        stats_r = self._cell_stats_known(window, r)
-        fit = 1.0 - float(self._cost_known(stats_r, direction[None])[0]) / max(stats_r[2],
-                                                                               1e-300)
+        fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
 
     @staticmethod
-    def _cell_stats_free(window):
+    def _cell_stats_free(window, table):
+        """
+        Cell sums of a a^T (6), a m (3), g a^T (9), the table of _cost_free; g g^T, g m, m^2.
+
+        With T_c = [G_c; am_c^T] d (G_c the cell's sum of w g a^T, 4 values per direction),
+        the cost needs sum_c T_c T_c^T / S_bb: the table holds the products of T_c's entries
+        (the 9 pairs with an entry of G_c d) as quadratic forms of d (6 values each), so that
+        sum is one matrix product.
+        """
         w = window.weight * window.robust
-        a, g, m = window.a, window.g, window.m
-        cells = window.num_cells
-        wa = a * w[:, None]
-        aa9, am, ga = _cell_sums(window, [_outer(wa, a), wa * m[:, None], _outer(g, wa)])
-        ga = ga.reshape(cells, 3, 3)
-        # gaga[c, (j, j'), (i, i')] = ga[c, i, j] ga[c, i', j']
-        gaga = np.einsum('cij,ckl->cjlik', ga, ga).reshape(cells, 81)
-        gg = (g * w[:, None]).T @ g
-        gm = (g * w[:, None]).T @ m
-        return aa9, am, ga.reshape(cells, 9), gaga, gg, gm, float(np.sum(w * m * m))
+        sums = window.robust_sums(table)
+        wg = window.g_rows * w
+        g, m = window.g, window.m
+        ga = sums[:, 9:]
+        augmented = np.concatenate([ga, sums[:, 6:9]], axis=1)              # (C, 12): [G; am]
+        pairs = (augmented[:, _PAIR_A] * augmented[:, _PAIR_B]
+                 + augmented[:, _PAIR_C] * augmented[:, _PAIR_D]) * _PAIR_SCALE
+        gg = wg @ g
+        # H's constant part, 6 distinct entries, regularised
+        h0 = gg.reshape(9)[_SYM_OF_3X3] + _DIAGONAL * (1e-12 * np.trace(gg))
+        return (sums[:, :6], sums[:, 6:9], ga, pairs, h0, gg, wg @ m, float(np.dot(w, m * m)))
 
     @staticmethod
-    def _cost_free(stats, dirs):
+    def _cost_free(stats, dirs, mirror=False):
         """
         Residual (K,) and omega (K, 3) per direction (K, 3), cell depths eliminated.
 
-        Every sum over cells is a matrix product with per-cell tables (aa, ga, ga x ga), so
-        a direction costs O(cells) multiply-adds in BLAS.
+        Every sum over cells is a matrix product with per-cell tables (see _cell_stats_free),
+        so a direction costs O(cells) multiply-adds in BLAS. mirror: residuals (2 K,) of dirs
+        and then of -dirs (the same omega; S_br changes sign).
         """
-        aa9, am, ga9, gaga, gg, gm, total = stats
+        aa, am, ga, pairs, h0, gg, gm, total = stats
         count = len(dirs)
-        dd = _outer(dirs)
-        inv = 1.0 / np.maximum(dd @ aa9.T, 1e-300)                                 # (K, C)
-        s_bm = dirs @ am.T                                                         # (K, C)
-        q = s_bm * inv
-        h = gg[None] - (dd[:, None, :] @ (inv @ gaga).reshape(count, 9, 9)).reshape(count, 3, 3)
-        rhs = gm[None] - ((q @ ga9).reshape(count, 3, 3) @ dirs[..., None])[..., 0]
-        h += np.eye(3)[None] * (1e-12 * np.trace(gg))
-        omega = _solve3(h, rhs)
+        omega, inv = EgomotionEstimator._omega_free(stats, dirs)
         # Cheirality: with this omega, a cell whose depth would be negative is not fitted.
-        s_br = s_bm - _outer(omega, dirs) @ ga9.T                                   # (K, C)
-        total_r = total - 2.0 * omega @ gm + np.einsum('ki,ij,kj->k', omega, gg, omega)
-        cost = total_r - (np.maximum(s_br, 0.0) ** 2 * inv).sum(axis=1)
-        return cost, omega
+        s_br = dirs @ am.T - (omega[:, :, None] * dirs[:, None, :]).reshape(count, 9) @ ga.T
+        total_r = total + ((omega @ gg - 2.0 * gm) * omega).sum(axis=1)
+        if mirror:
+            total_r = np.concatenate([total_r, total_r])
+        return total_r - _clipped_gain(s_br, inv, mirror), omega
+
+    @staticmethod
+    def _omega_free(stats, dirs):
+        """Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C)."""
+        aa, _, _, pairs, h0, _, gm, _ = stats
+        squares = _squares(dirs)
+        inv = 1.0 / np.maximum(squares @ aa.T, np.finfo(aa.dtype).tiny)            # (K, C)
+        # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
+        moments = ((inv @ pairs).reshape(len(dirs), 9, 6) @ squares[:, :, None])[:, :, 0]
+        return _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9]), inv
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse, sphere=None):
+    def _search(self, cost, direction, coarse, final=True, scale_free=True, companion=None):
         """
-        Minimise cost(dirs (K, 3)) -> (K,) over unit directions.
+        Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
         coarse: start from the best of the sphere grid (and of `direction` and the previous
         window's estimate, when given); else from `direction` with a finer first step. Then
-        refine_steps rounds of a 7x7 grid of +-step in the tangent plane around the best
-        point so far, the step shrinking 3x per round.
+        refine_steps rounds (final) or 3 fewer (not final: the result only starts another
+        search or sets weights) of a 7x7 grid of +-step in the tangent plane around the best
+        point so far, the step shrinking 3x per round, and a last step to the minimum of
+        the quadratic through the best point's 3x3 neighbours. scale_free: cost(c d) =
+        cost(d) for c > 0 (the least-squares costs), so the grid needs no normalising.
+        companion: returns (K, k) values that came with the last cost call (omega); then
+        return (direction, its value: at the best point, or quadratic through its
+        neighbours; None without rounds).
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
-            sphere = self._sphere if sphere is None else sphere
-            candidates = [sphere] + [d[None] for d in (direction, self._previous)
-                                     if d is not None]
-            candidates = np.concatenate(candidates)
-            direction = candidates[int(np.argmin(cost(candidates)))]
+            # The half sphere and the starts with their mirror images: one evaluation.
+            half = self._half_sphere
+            candidates = np.concatenate(
+                [half] + [d[None] for d in (direction, self._previous) if d is not None])
+            costs = cost(candidates, mirror=True)[:len(candidates) + len(half)]
+            best = int(np.argmin(costs))
+            direction = candidates[best] if best < len(candidates) else \
+                -half[best - len(candidates)]
         else:
             step *= 0.25
-        for _ in range(self.config.refine_steps):
-            e1, e2 = _tangent_basis(direction)
-            dirs = direction[None] + step * (_PATTERN[:, :1] * e1 + _PATTERN[:, 1:] * e2)
-            dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
-            direction = dirs[int(np.argmin(cost(dirs)))]
-            step /= 3.0
-        return direction
+        # Final: the rounds to the resolution of refine_steps rounds from the coarse step,
+        # the quadratic step standing in for the last one (a local start is 4x finer and
+        # needs a round less). Not final: 3 rounds fewer than refine_steps (at least 1).
+        levels = self.config.refine_steps
+        rounds = 0
+        if levels and not final:
+            rounds = max(1, levels - _INTERMEDIATE_ROUNDS_LESS)
+        elif levels:
+            ratio = self._coarse_step_rad / step * 3.0 ** -max(1, levels - 1)  # target/start
+            rounds = max(1, math.ceil(-math.log(ratio) / math.log(3.0) - 1e-9))
+        for _ in range(rounds):
+            center, basis = direction, _tangent_basis(direction)
+            dirs = center + (step * _PATTERN) @ basis
+            if not scale_free:
+                dirs /= np.sqrt(np.einsum('ki,ki->k', dirs, dirs))[:, None]
+            costs = cost(dirs)
+            best = int(np.argmin(costs))
+            direction = dirs[best] / math.sqrt(float(dirs[best] @ dirs[best]))
+            step /= 3.0  # now the spacing of this round's pattern
+        value = None
+        if rounds:
+            # Sub-grid: Newton step on the quadratic through the 3x3 neighbours of the best
+            # point, kept within one spacing (costs are smooth between cells' clip changes).
+            row, col = divmod(best, 7)
+            offset = _quadratic_minimum(costs.reshape(7, 7), row, col)
+            if companion is not None:
+                values = companion().reshape(7, 7, -1)
+                value = values[row, col] if offset is None else \
+                    _quadratic_at(values, row, col, offset)
+            if offset is not None:
+                direction = center + ((row - 3 + offset[0]) * step) * basis[0] + \
+                    ((col - 3 + offset[1]) * step) * basis[1]
+        direction = direction / math.sqrt(float(direction @ direction))
+        return direction if companion is None else (direction, value)
 
     @staticmethod
-    def _cell_fit(window, r, direction):
+    def _cell_fit(window, r, stats, direction):
         """Per-flow residual of the cell-depth fit (cells with negative depth not fitted)."""
-        w = window.weight * window.robust
-        b = window.a @ direction
-        s_bb = np.bincount(window.cell, w * b * b, window.num_cells)
-        s_br = np.bincount(window.cell, w * b * r, window.num_cells)
+        aa, ar, _ = stats
+        s_bb = aa @ _squares(direction[None])[0]
+        s_br = ar @ direction
         rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
-        return r - np.maximum(rho, 0.0)[window.cell] * b
+        return r - np.take(np.maximum(rho, 0.0), window.cell) * (window.a @ direction)
 
     def _reweight(self, window, r, residual):
         """Huber weights from the residuals (robust scale: median absolute residual)."""
-        scale = 1.4826 * np.median(np.abs(residual)) + 1e-12
-        limit = self.config.huber_scale * scale
-        window.robust = np.minimum(1.0, limit / np.maximum(np.abs(residual), 1e-300))
+        size = np.abs(residual)
+        limit = self.config.huber_scale * (1.4826 * _median(size) + 1e-12)
+        window.robust = np.minimum(1.0, limit / np.maximum(size, 1e-300))
 
     def _ttc(self, window, direction, omega):
         """Time to contact per region [s]: weighted median of per-flow estimates."""
@@ -575,8 +849,11 @@ class EgomotionEstimator:
         region, w = window.region[ok], w[ok]
         if len(inverse) == 0:
             return np.full((rows, cols), np.nan, np.float32)
-        order = np.lexsort((inverse, region))
-        region, inverse, w = region[order], inverse[order], w[order]
+        # Sorted by region, then by inverse (a stable sort of small integers is fast).
+        order = np.argsort(inverse)
+        order = np.take(order, np.argsort(np.take(region, order),
+                                          kind='stable'))
+        region, inverse, w = (np.take(c, order) for c in (region, inverse, w))
         bounds = np.searchsorted(region, np.arange(rows * cols + 1))
         counts = np.diff(bounds)
         cumulative = np.concatenate([[0.0], np.cumsum(w)])
