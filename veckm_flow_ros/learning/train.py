@@ -215,17 +215,25 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
         path = cache_dir / (f'train_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
                             f'{"-".join(recipe.textures)}_{"-".join(recipe.motions)}_{speeds}'
                             f'{seed}.npz')
-        if path.is_file():
-            return simulate.load_npz(path)
-    scene = simulate.make_scene('random', 'random', seed=seed, width=recipe.width,
-                                height=recipe.height, textures=recipe.textures,
-                                motions=recipe.motions, speed_range_px_s=speed_range)
-    sequence = simulate.simulate(scene, recipe.duration_s, seed=seed)
+
+    def make():
+        scene = simulate.make_scene('random', 'random', seed=seed, width=recipe.width,
+                                    height=recipe.height, textures=recipe.textures,
+                                    motions=recipe.motions, speed_range_px_s=speed_range)
+        return simulate.simulate(scene, recipe.duration_s, seed=seed)
+    return _cached_sequence(path, simulate.load_npz, make, simulate.save_npz)
+
+
+def _cached_sequence(path, load, make, save):
+    """Return load(path) if the cache has it, else make(), written to path when given."""
+    if path is not None and path.is_file():
+        return load(path)
+    sequence = make()
     if path is not None:
         # Written under another name and renamed: an interrupted run leaves no broken cache.
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.stem + '.partial.npz')
-        simulate.save_npz(sequence, temporary)
+        save(sequence, temporary)
         temporary.replace(path)
     return sequence
 
@@ -239,18 +247,14 @@ def _training_sequence3d(recipe: Recipe, index: int, cache_dir: Optional[pathlib
     if cache_dir is not None:
         path = cache_dir / (f'train3d_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
                             f'{trajectory}_{seed}.npz')
-        if path.is_file():
-            return simulate3d.load_npz3d(path)
-    noise_hz = float(np.exp(np.random.default_rng(seed).uniform(np.log(0.02), np.log(2.0))))
-    scene = simulate3d.make_scene3d(trajectory, seed=seed, width=recipe.width,
-                                    height=recipe.height, noise_hz=noise_hz)
-    sequence = simulate3d.simulate3d(scene, recipe.duration_s, seed=seed)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(path.stem + '.partial.npz')
-        simulate3d.save_npz3d(sequence, temporary)
-        temporary.replace(path)
-    return sequence
+
+    def make():
+        noise_hz = float(np.exp(np.random.default_rng(seed).uniform(np.log(0.02),
+                                                                    np.log(2.0))))
+        scene = simulate3d.make_scene3d(trajectory, seed=seed, width=recipe.width,
+                                        height=recipe.height, noise_hz=noise_hz)
+        return simulate3d.simulate3d(scene, recipe.duration_s, seed=seed)
+    return _cached_sequence(path, simulate3d.load_npz3d, make, simulate3d.save_npz3d)
 
 
 def _encode(events_slice, targets, width, height, freq, tau_s, pixel_radius):
