@@ -246,9 +246,8 @@ def main():
     if any(not 0 < block_ms <= 1000 for block_ms in args.blocks_ms):
         parser.error(f'--blocks-ms must be in (0, 1000] ms, got {args.blocks_ms}')
     torch.set_num_threads(1)
-    from bench_validity import DEMO_NPZ, recordings, SHARED_RECORDINGS
+    from bench_validity import available_recordings, cost_inputs, SHARED_RECORDINGS
     from veckm_flow_ros.core.model import load_model
-    from veckm_flow_ros.eventio.events import EventArray
     from veckm_flow_ros.stream.parameters import parameter_default
     model = load_model(args.model)
     min_validity = parameter_default('min_validity')
@@ -257,20 +256,12 @@ def main():
          f'{torch.__version__}, 1 thread')
     if 'accuracy' in args.parts:
         accuracy_table(model, args.blocks_ms, args.noise_hz, min_validity, args.phases)
-    folder = pathlib.Path(args.recordings or SHARED_RECORDINGS)
-    data = recordings(folder) if folder.is_dir() else {}
-    if not data:
-        _log(f'no recordings under {folder}: real rows left out')
+    data = available_recordings(args.recordings or SHARED_RECORDINGS)
     if 'real' in args.parts:
         real_table(model, data, args.blocks_ms, min_validity)
     if 'cost' in args.parts:
-        demo = np.load(DEMO_NPZ)
-        inputs = {'demo_scene (synthetic)': (
-            EventArray(demo['t'].astype(np.int64), demo['x'], demo['y'], demo['p']),
-            int(demo['width']), int(demo['height']))}
-        inputs.update({name: value for name, value in data.items() if len(value[0]) > 10_000})
-        cost_table(model, inputs, args.cost_blocks_ms or args.blocks_ms, args.repeats,
-                   min_validity)
+        cost_table(model, cost_inputs(data), args.cost_blocks_ms or args.blocks_ms,
+                   args.repeats, min_validity)
 
 
 if __name__ == '__main__':

@@ -92,6 +92,25 @@ def kept_mask(model, events, width, height, min_validity):
     return kept, flow
 
 
+def available_recordings(directory):
+    """Return recordings(directory), or {} (logged) when the folder is missing or empty."""
+    data = recordings(directory) if pathlib.Path(directory).is_dir() else {}
+    if not data:
+        _log(f'no recordings under {directory}: real rows left out')
+    return data
+
+
+def cost_inputs(data):
+    """Return the cost tables' inputs: the bundled demo scene, recordings over 10k events."""
+    from veckm_flow_ros.eventio.events import EventArray
+    demo = np.load(DEMO_NPZ)
+    inputs = {'demo_scene (synthetic)': (
+        EventArray(demo['t'].astype(np.int64), demo['x'], demo['y'], demo['p']),
+        int(demo['width']), int(demo['height']))}
+    inputs.update({name: value for name, value in data.items() if len(value[0]) > 10_000})
+    return inputs
+
+
 def recordings(directory):
     """{name: (events, width, height)} of the recordings under `directory` (sorted by name)."""
     from veckm_flow_ros.offline.evaluate import decode_recording
@@ -211,25 +230,17 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     from veckm_flow_ros.core.model import load_model
-    from veckm_flow_ros.eventio.events import EventArray
     from veckm_flow_ros.stream.parameters import parameter_default
     model = load_model(args.model)
     min_validity = parameter_default('min_validity')
     _log(f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), '
          f'block {2 * model.tau_s * 1e3:g} ms centred, min_validity {min_validity:g}, torch '
          f'{torch.__version__}, 1 thread')
-    data = recordings(args.recordings) if pathlib.Path(args.recordings).is_dir() else {}
-    if not data:
-        _log(f'no recordings under {args.recordings}: real rows left out')
+    data = available_recordings(args.recordings)
     if 'kept' in args.parts:
         kept_table(model, data, args.noise_hz, min_validity)
     if 'cost' in args.parts:
-        demo = np.load(DEMO_NPZ)
-        demo_events = EventArray(demo['t'].astype(np.int64), demo['x'], demo['y'], demo['p'])
-        inputs = {'demo_scene (synthetic)': (demo_events, int(demo['width']),
-                                             int(demo['height']))}
-        inputs.update({name: value for name, value in data.items() if len(value[0]) > 10_000})
-        cost_table(model, inputs, args.repeats, min_validity)
+        cost_table(model, cost_inputs(data), args.repeats, min_validity)
 
 
 if __name__ == '__main__':

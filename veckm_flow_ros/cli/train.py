@@ -94,18 +94,21 @@ def run(args):
                          f'{args.block_ms}')
     overrides.update(pixel_radius=args.pixel_radius, tau_s=args.tau_ms / 1000.0, seed=args.seed,
                      block_s=args.block_ms / 1000.0 or automatic_block_s(args.tau_ms / 1000.0))
-    if args.epochs is not None:
-        overrides['epochs'] = args.epochs
-    if args.num_sequences is not None:
-        overrides['num_sequences'] = args.num_sequences
-    if args.scenes3d is not None:
-        if not 0 <= args.scenes3d <= 100000:
-            raise ValueError(f'--scenes3d must be in [0, 100000] scenes, got {args.scenes3d}')
-        overrides['scenes3d'] = args.scenes3d
-    if args.batches_per_epoch is not None:
-        if args.batches_per_epoch < 1:
-            raise ValueError(f'--batches-per-epoch must be >= 1, got {args.batches_per_epoch}')
-        overrides['batches_per_epoch'] = args.batches_per_epoch
+
+    def override(key, value, ok=lambda v: True, rule=''):
+        """Set overrides[key] to a given option value; ValueError naming it when not ok."""
+        if value is None:
+            return
+        if not ok(value):
+            raise ValueError(f'{rule}, got {value}')
+        overrides[key] = value
+
+    override('epochs', args.epochs)
+    override('num_sequences', args.num_sequences)
+    override('scenes3d', args.scenes3d, lambda v: 0 <= v <= 100000,
+             '--scenes3d must be in [0, 100000] scenes')
+    override('batches_per_epoch', args.batches_per_epoch, lambda v: v >= 1,
+             '--batches-per-epoch must be >= 1')
     if args.equivariance is not None:
         overrides['equivariance'] = args.equivariance
         if args.equivariance == 'none':
@@ -115,24 +118,14 @@ def run(args):
         from veckm_flow_ros.core.model import load_model
         load_model(args.init_model)  # fails early, naming the value
         overrides['init_model'] = args.init_model
-    if args.max_speed_px_s is not None:
-        if not 30 <= args.max_speed_px_s <= 20000:
-            raise ValueError(f'--max-speed-px-s must be in [30, 20000] px/s, got '
-                             f'{args.max_speed_px_s}')
-        overrides['speed_max_px_s'] = args.max_speed_px_s
-    if args.learning_rate is not None:
-        if not 0 < args.learning_rate < 1:
-            raise ValueError(f'--learning-rate must be in (0, 1), got {args.learning_rate}')
-        overrides['learning_rate'] = args.learning_rate
-    if args.noise_target_fraction is not None:
-        if not 0 <= args.noise_target_fraction <= 1:
-            raise ValueError('--noise-target-fraction must be in [0, 1], got '
-                             f'{args.noise_target_fraction}')
-        overrides['noise_target_fraction'] = args.noise_target_fraction
-    if args.noise_loss_weight is not None:
-        if args.noise_loss_weight < 0:
-            raise ValueError(f'--noise-loss-weight must be >= 0, got {args.noise_loss_weight}')
-        overrides['noise_loss_weight'] = args.noise_loss_weight
+    override('speed_max_px_s', args.max_speed_px_s, lambda v: 30 <= v <= 20000,
+             '--max-speed-px-s must be in [30, 20000] px/s')
+    override('learning_rate', args.learning_rate, lambda v: 0 < v < 1,
+             '--learning-rate must be in (0, 1)')
+    override('noise_target_fraction', args.noise_target_fraction, lambda v: 0 <= v <= 1,
+             '--noise-target-fraction must be in [0, 1]')
+    override('noise_loss_weight', args.noise_loss_weight, lambda v: v >= 0,
+             '--noise-loss-weight must be >= 0')
     recipe = dataclasses.replace(train.Recipe(), **overrides)
     train.train(recipe, args.out, args.work_dir, resume=args.resume, name=args.name)
     return 0
