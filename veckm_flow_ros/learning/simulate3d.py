@@ -156,19 +156,6 @@ class Scene3D:
         rays = np.where(self._valid[:, None], self._rays, 0.0)
         self._rays32 = rays.astype(np.float32)
         self._ray_length = np.linalg.norm(rays, axis=1).astype(np.float32)
-        # Rays through a supersampling x supersampling grid inside every pixel.
-        k = self.supersampling
-        offsets = (np.arange(k) + 0.5) / k - 0.5
-        v_px, u_px = np.mgrid[0:self.camera.height, 0:self.camera.width].astype(np.float64)
-        sub = []
-        for dv in offsets:
-            for du in offsets:
-                sx, sy = self.camera.normalize(u_px.reshape(-1) + du, v_px.reshape(-1) + dv)
-                sx, sy = np.nan_to_num(sx), np.nan_to_num(sy)
-                sub.append(np.stack([sx, sy, np.ones_like(sx)], 1))
-        sub = np.stack(sub)
-        self._sub_rays32 = sub.astype(np.float32)
-        self._sub_ray_length = np.linalg.norm(sub, axis=2).astype(np.float32)
         # Normalized -> pixel velocity per pixel: A J (K's 2x2 times the distortion Jacobian).
         jac = self.camera.distortion_jacobian(np.where(self._valid, rays[:, 0], 0),
                                               np.where(self._valid, rays[:, 1], 0))
@@ -261,10 +248,16 @@ class Scene3D:
         pixels = np.flatnonzero(edge.reshape(-1) & self._valid)
         if len(pixels) == 0:
             return level
+        # Rays through a k x k grid inside each of these pixels (only these: a full-frame
+        # table would hold k^2 rays for every pixel).
         k = self.supersampling
-        rays = self._sub_rays32[:, pixels].reshape(-1, 3)
-        lengths = self._sub_ray_length[:, pixels].reshape(-1)
-        sub_level, _, _ = self._shade(rotation, position, rays, lengths)
+        offsets = (np.arange(k) + 0.5) / k - 0.5
+        du, dv = (np.repeat(offsets, k)[:, None], np.tile(offsets, k)[:, None])
+        x, y = self.camera.normalize(pixels % self.width + du, pixels // self.width + dv)
+        rays = np.stack([np.nan_to_num(x).reshape(-1), np.nan_to_num(y).reshape(-1),
+                         np.ones(x.size)], 1)
+        lengths = np.linalg.norm(rays, axis=1).astype(np.float32)
+        sub_level, _, _ = self._shade(rotation, position, rays.astype(np.float32), lengths)
         light = np.exp(sub_level.reshape(k * k, len(pixels))).mean(0)
         level = level.copy()
         level[pixels] = np.log(light)
