@@ -30,6 +30,7 @@ from veckm_flow_ros.cli import HelpFormatter
 
 
 def register(subparsers):
+    from veckm_flow_ros.learning.simulate3d import TRAJECTORIES
     parser = subparsers.add_parser(
         'evaluate-egomotion', help='egomotion accuracy on held-out simulated 3D sequences',
         description='Translation-direction, angular-velocity, FOE and time-to-contact errors '
@@ -38,6 +39,11 @@ def register(subparsers):
         formatter_class=HelpFormatter)
     parser.add_argument('--count', type=int, default=8,
                         help='held-out sequences to simulate (trajectories in turn)')
+    parser.add_argument('--trajectories', nargs='+', default=list(TRAJECTORIES),
+                        choices=TRAJECTORIES, metavar='KIND',
+                        help='trajectories of the held-out sequences, in turn (some of '
+                             f'{", ".join(TRAJECTORIES)}); a subset takes seeds apart from '
+                             'the mixed set of all four')
     parser.add_argument('--duration', type=float, default=0.5, metavar='SECONDS',
                         help='length of each simulated sequence [s]')
     parser.add_argument('--sequences', nargs='*', default=[], metavar='SEQ.npz',
@@ -81,7 +87,7 @@ def run(args) -> int:
     from veckm_flow_ros.learning.simulate3d import heldout_3d_specs
     config = EgomotionConfig(window_s=args.window_ms * 1e-3).check()
     results = evaluation.evaluate_specs(
-        heldout_3d_specs(args.count), args.duration, config, flow=args.flow, model=args.model,
+        heldout_3d_specs(args.count, args.trajectories), args.duration, config, flow=args.flow, model=args.model,
         stride=args.stride, confidence=args.confidence, quiet=args.quiet,
         sequences=args.sequences, cache_dir=args.cache_dir)
     table = evaluation.results_table(results)
