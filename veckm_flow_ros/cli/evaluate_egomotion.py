@@ -30,6 +30,7 @@ from veckm_flow_ros.cli import HelpFormatter
 
 
 def register(subparsers):
+    from veckm_flow_ros.core.egomotion import EgomotionConfig
     from veckm_flow_ros.learning.simulate3d import TRAJECTORIES
     parser = subparsers.add_parser(
         'evaluate-egomotion', help='egomotion accuracy on held-out simulated 3D sequences',
@@ -57,6 +58,13 @@ def register(subparsers):
                         help='flow of every K-th event (the egomotion estimator subsamples '
                              'to max_flows per window anyway)')
     parser.add_argument('--window-ms', type=float, default=30.0, help='window length [ms]')
+    defaults = EgomotionConfig()
+    parser.add_argument('--ttc-grid', type=int, nargs=2, default=list(defaults.ttc_grid),
+                        metavar=('ROWS', 'COLS'), help='regions of the time-to-contact grid')
+    parser.add_argument('--ttc-neighbour-weight', type=float,
+                        default=defaults.ttc_neighbour_weight, metavar='W',
+                        help="weight of the neighbouring regions' flows in a region's time "
+                             'to contact (0: each region alone)')
     parser.add_argument('--model', default=None,
                         help='flow model (default: the shipped default model)')
     parser.add_argument('--out-dir', default=None, metavar='DIR',
@@ -85,7 +93,8 @@ def run(args) -> int:
         if not pathlib.Path(path).is_file():
             raise FileNotFoundError(f'sequence file {path} does not exist')
     from veckm_flow_ros.learning.simulate3d import heldout_3d_specs
-    config = EgomotionConfig(window_s=args.window_ms * 1e-3).check()
+    config = EgomotionConfig(window_s=args.window_ms * 1e-3, ttc_grid=tuple(args.ttc_grid),
+                             ttc_neighbour_weight=args.ttc_neighbour_weight).check()
     results = evaluation.evaluate_specs(
         heldout_3d_specs(args.count, args.trajectories), args.duration, config, flow=args.flow, model=args.model,
         stride=args.stride, confidence=args.confidence, quiet=args.quiet,
