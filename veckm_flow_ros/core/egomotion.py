@@ -874,27 +874,26 @@ class EgomotionEstimator:
         enough = np.bincount(region, minlength=rows * cols) >= max(config.min_ttc_flows, 1)
         order = np.argsort(inverse)
         inverse, region, w = (np.take(c, order) for c in (inverse, region, w))
+        pool = 1
         if config.ttc_neighbour_weight > 0:
-            # Each flow counts in its region and its neighbours' (row by row in the order of
-            # the inverse, so that a stable sort by region keeps that order); outside the
-            # grid: region rows * cols, after all others, with weight 0.
-            # (float32: a median needs no more, and the 9 copies are memory traffic)
+            # Entry 9 i + k: flow i in the k-th region of its 3 x 3 neighbourhood (rows * cols
+            # outside the grid, after all others, with weight 0). Entries are in the order of
+            # the inverse, and a stable sort by region keeps that order within a region.
+            pool = self._ttc_pool.shape[1]
             w = (np.take(self._ttc_pool_weight, region, axis=0)
                  * w[:, None].astype(np.float32)).reshape(-1)
             region = np.take(self._ttc_pool, region, axis=0).reshape(-1)
-            inverse = np.repeat(inverse.astype(np.float32), self._ttc_pool.shape[1])
-        # Sorted by region, keeping the order of the inverse (a stable sort of small
-        # integers is fast).
-        order = np.argsort(region, kind='stable')
-        region, inverse, w = (np.take(c, order) for c in (region, inverse, w))
-        bounds = np.searchsorted(region, np.arange(rows * cols + 1))
-        cumulative = np.concatenate([[0.0], np.cumsum(w, dtype=np.float64)])
+        entries = np.argsort(region, kind='stable')
+        counts = np.bincount(region, minlength=rows * cols)[:rows * cols]
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        cumulative = np.concatenate([[0.0], np.cumsum(np.take(w, entries), dtype=np.float64)])
         start, total = cumulative[bounds[:-1]], cumulative[bounds[1:]] - cumulative[bounds[:-1]]
-        # The weighted median of each region: the first flow whose cumulative weight (within
+        # The weighted median of each region: the first entry whose cumulative weight (within
         # the region) reaches half of the region's total.
         pick = np.searchsorted(cumulative, start + 0.5 * total, side='left') - 1
         pick = np.clip(pick, bounds[:-1], np.maximum(bounds[1:] - 1, bounds[:-1]))
-        median = np.where(enough, inverse[np.minimum(pick, len(inverse) - 1)], np.nan)
+        pick = np.minimum(pick, len(entries) - 1)
+        median = np.where(enough, inverse[np.take(entries, pick) // pool], np.nan)
         with np.errstate(divide='ignore', invalid='ignore'):
             grid = np.where(median > 0, 1.0 / median, np.nan)
         return grid.reshape(rows, cols).astype(np.float32)
