@@ -188,7 +188,7 @@ def test_max_flows_bounds_the_work():
 
 
 def wall_window(count=6000, noise=0.02, seed=5, depth=None):
-    """An approach at 0.5 m/s to a wall at 2 m (time to contact 4 s), no rotation."""
+    """Return a window of an approach at 0.5 m/s to a wall at 2 m (4 s to contact)."""
     return analytic_window(PINHOLE, np.array([0.0, 0.0, 0.5]), np.zeros(3), count=count,
                            noise=noise, outliers=0.0, seed=seed,
                            depth=depth or (lambda x, y: np.full_like(x, 2.0)))
@@ -454,8 +454,8 @@ def test_evaluate_egomotion_approach_set_with_its_own_seeds(tmp_path, capsys):
     assert f'| {name} |' in table
     # Exact flow magnitudes: the minimum time to contact within 10 % (read off the table).
     header, _, row = table.splitlines()[:3]
-    cells = dict(zip([c.strip() for c in header.split('|')], [c.strip() for c in
-                                                                row.split('|')]))
+    cells = dict(zip([c.strip() for c in header.split('|')],
+                     [c.strip() for c in row.split('|')]))
     assert float(cells['gyro min TTC rel']) < 0.1, cells
     assert main(argv + ['--ttc-neighbour-weight', '1.5']) == 1
     assert 'ttc_neighbour_weight must be in [0, 1], got 1.5' in capsys.readouterr().err

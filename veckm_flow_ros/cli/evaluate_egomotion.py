@@ -96,9 +96,9 @@ def run(args) -> int:
     config = EgomotionConfig(window_s=args.window_ms * 1e-3, ttc_grid=tuple(args.ttc_grid),
                              ttc_neighbour_weight=args.ttc_neighbour_weight).check()
     results = evaluation.evaluate_specs(
-        heldout_3d_specs(args.count, args.trajectories), args.duration, config, flow=args.flow, model=args.model,
-        stride=args.stride, confidence=args.confidence, quiet=args.quiet,
-        sequences=args.sequences, cache_dir=args.cache_dir)
+        heldout_3d_specs(args.count, args.trajectories), args.duration, config,
+        flow=args.flow, model=args.model, stride=args.stride, confidence=args.confidence,
+        quiet=args.quiet, sequences=args.sequences, cache_dir=args.cache_dir)
     table = evaluation.results_table(results)
     print(table)
     if args.out_dir:
