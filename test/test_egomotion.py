@@ -187,6 +187,54 @@ def test_max_flows_bounds_the_work():
     assert 900 <= result.num_flows <= 1000
 
 
+def wall_window(count=6000, noise=0.02, seed=5, depth=None):
+    """Return a window of an approach at 0.5 m/s to a wall at 2 m (4 s to contact)."""
+    return analytic_window(PINHOLE, np.array([0.0, 0.0, 0.5]), np.zeros(3), count=count,
+                           noise=noise, outliers=0.0, seed=seed,
+                           depth=depth or (lambda x, y: np.full_like(x, 2.0)))
+
+
+def region_of(camera, x_px, y_px, row, col, grid=(6, 8)):
+    """Mask of the pixels in region (row, col) of a time-to-contact grid."""
+    return (((y_px * grid[0]) // camera.height == row)
+            & ((x_px * grid[1]) // camera.width == col))
+
+
+def test_time_to_contact_of_slow_noisy_flows_with_sign_errors():
+    """Slow flows (25-60 px/s), 30 % noise, 30 % small flows of the wrong sign: still 4 s."""
+    x, y, u, w, _ = wall_window(noise=0.3)
+    factor = np.where(np.random.default_rng(1).random(len(x)) < 0.3, -0.3, 1.0)
+    result = EgomotionEstimator(PINHOLE).estimate(x, y, u * factor, w * factor,
+                                                  omega_rad_s=np.zeros(3))
+    # Measured: 3.96 s. Weighting the flows by their measured size and keeping the wrong
+    # signs (the estimator before 2026-11-27) gave 3.52 s.
+    assert abs(np.nanmedian(result.ttc_grid_s) - 4.0) < 0.15, result.ttc_grid_s
+
+
+def test_time_to_contact_neighbour_weight_trades_a_region_bias_for_localisation():
+    """Neighbours outvote a region's bias, and a one-region obstacle with it; 0 keeps both."""
+    x, y, u, w, _ = wall_window()
+    biased = region_of(PINHOLE, x, y, 2, 3)
+    u, w = np.where(biased, 1.6 * u, u), np.where(biased, 1.6 * w, w)
+    times = {}
+    for weight in (0.0, 1.0):
+        estimator = EgomotionEstimator(PINHOLE, EgomotionConfig(ttc_neighbour_weight=weight))
+        times[weight] = estimator.estimate(x, y, u, w, omega_rad_s=np.zeros(3)).ttc_grid_s
+    assert abs(times[0.0][2, 3] - 4.0 / 1.6) < 0.2 and abs(times[1.0][2, 3] - 4.0) < 0.2, times
+    # A near obstacle (1 m: 2 s) that fills region (2, 3) alone.
+    (x0, x1), (y0, y1) = PINHOLE.normalize(np.array([3 * 346 / 8, 4 * 346 / 8 - 1]),
+                                           np.array([2 * 260 / 6, 3 * 260 / 6 - 1]))
+
+    def depth(xn, yn):
+        return np.where((xn >= x0) & (xn <= x1) & (yn >= y0) & (yn <= y1), 1.0, 2.0)
+    x, y, u, w, _ = wall_window(depth=depth)
+    for weight, expected in ((0.0, 2.0), (1.0, 4.0)):
+        estimator = EgomotionEstimator(PINHOLE, EgomotionConfig(ttc_neighbour_weight=weight))
+        result = estimator.estimate(x, y, u, w, omega_rad_s=np.zeros(3))
+        assert abs(result.ttc_grid_s[2, 3] - expected) < 0.2, (weight, result.ttc_grid_s)
+        assert abs(result.ttc_grid_s[2, 1] - 4.0) < 0.2, result.ttc_grid_s
+
+
 @pytest.mark.parametrize('name, value, message', [
     ('window_s', 0.0, 'window_s must be in'), ('min_flows', 2, 'min_flows must be >= 10'),
     ('ttc_grid', (0, 8), 'ttc_grid must be'), ('min_validity', 1.5, 'min_validity'),
@@ -194,7 +242,8 @@ def test_max_flows_bounds_the_work():
     ('slow_flow_px_s', -5.0, 'slow_flow_px_s must be >= 0 px/s'),
     ('sign_start', 'yes', 'sign_start must be true or false'),
     ('rotation_error', 11.0, 'rotation_error must be in'), ('sign_flows', 5, 'sign_flows'),
-    ('sign_tolerance', -0.1, 'sign_tolerance')])
+    ('sign_tolerance', -0.1, 'sign_tolerance'),
+    ('ttc_neighbour_weight', 1.5, 'ttc_neighbour_weight must be in')])
 def test_config_out_of_range_names_the_value(name, value, message):
     with pytest.raises(ValueError, match=message):
         EgomotionEstimator(PINHOLE, EgomotionConfig(**{name: value}))
@@ -389,3 +438,24 @@ def test_evaluate_egomotion_on_a_small_approach(tmp_path, capsys):
     assert row['gyro_dir_med'] < 3.0 and row['gyro_coverage'] == 1.0, row
     assert row['gyro_ttc_med'] < 0.1, row
     assert f'{row["gyro_dir_med"]:.2f}' in table
+
+
+def test_evaluate_egomotion_approach_set_with_its_own_seeds(tmp_path, capsys):
+    """--trajectories approach: held-out approaches apart from the mixed set, cached."""
+    from veckm_flow_ros.cli import main
+    from veckm_flow_ros.learning.simulate3d import HELDOUT_3D_SUBSET_SEED
+    argv = ['evaluate-egomotion', '--trajectories', 'approach', '--count', '1', '--duration',
+            '0.04', '--flow', 'exact', '--window-ms', '20', '--ttc-grid', '3', '4',
+            '--cache-dir', str(tmp_path), '--quiet']
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    name = f'approach-{HELDOUT_3D_SUBSET_SEED}'
+    assert (tmp_path / f'{name}_0.04s.npz').is_file()
+    assert f'| {name} |' in table
+    # Exact flow magnitudes: the minimum time to contact within 10 % (read off the table).
+    header, _, row = table.splitlines()[:3]
+    cells = dict(zip([c.strip() for c in header.split('|')],
+                     [c.strip() for c in row.split('|')]))
+    assert float(cells['gyro min TTC rel']) < 0.1, cells
+    assert main(argv + ['--ttc-neighbour-weight', '1.5']) == 1
+    assert 'ttc_neighbour_weight must be in [0, 1], got 1.5' in capsys.readouterr().err

@@ -277,6 +277,17 @@ def test_heldout_specs_are_distinct_and_cover_the_trajectories():
     assert len({spec['seed'] for spec in specs}) == 8
     assert {spec['trajectory'] for spec in specs} == set(simulate3d.TRAJECTORIES)
     assert min(spec['seed'] for spec in specs) >= simulate3d.HELDOUT_3D_SEED
+    # A subset (approaches only) takes other seeds: none of the mixed set's scenes again.
+    approaches = simulate3d.heldout_3d_specs(12, ['approach'])
+    assert {spec['trajectory'] for spec in approaches} == {'approach'}
+    assert len({spec['seed'] for spec in approaches}) == 12
+    assert not {spec['seed'] for spec in approaches} & {
+        spec['seed'] for spec in simulate3d.heldout_3d_specs(400)}
+    assert simulate3d.heldout_3d_specs(8, reversed(simulate3d.TRAJECTORIES)) == specs
+    with pytest.raises(ValueError, match="some of constant.*got 'walking'"):
+        simulate3d.heldout_3d_specs(2, ['approach', 'walking'])
+    with pytest.raises(ValueError, match='got none'):
+        simulate3d.heldout_3d_specs(2, [])
 
 
 def test_cli_writes_events_gyro_and_camera(tmp_path, capsys):

@@ -30,6 +30,8 @@ from veckm_flow_ros.cli import HelpFormatter
 
 
 def register(subparsers):
+    from veckm_flow_ros.core.egomotion import EgomotionConfig
+    from veckm_flow_ros.learning.simulate3d import TRAJECTORIES
     parser = subparsers.add_parser(
         'evaluate-egomotion', help='egomotion accuracy on held-out simulated 3D sequences',
         description='Translation-direction, angular-velocity, FOE and time-to-contact errors '
@@ -38,6 +40,11 @@ def register(subparsers):
         formatter_class=HelpFormatter)
     parser.add_argument('--count', type=int, default=8,
                         help='held-out sequences to simulate (trajectories in turn)')
+    parser.add_argument('--trajectories', nargs='+', default=list(TRAJECTORIES),
+                        choices=TRAJECTORIES, metavar='KIND',
+                        help='trajectories of the held-out sequences, in turn (some of '
+                             f'{", ".join(TRAJECTORIES)}); a subset takes seeds apart from '
+                             'the mixed set of all four')
     parser.add_argument('--duration', type=float, default=0.5, metavar='SECONDS',
                         help='length of each simulated sequence [s]')
     parser.add_argument('--sequences', nargs='*', default=[], metavar='SEQ.npz',
@@ -51,6 +58,13 @@ def register(subparsers):
                         help='flow of every K-th event (the egomotion estimator subsamples '
                              'to max_flows per window anyway)')
     parser.add_argument('--window-ms', type=float, default=30.0, help='window length [ms]')
+    defaults = EgomotionConfig()
+    parser.add_argument('--ttc-grid', type=int, nargs=2, default=list(defaults.ttc_grid),
+                        metavar=('ROWS', 'COLS'), help='regions of the time-to-contact grid')
+    parser.add_argument('--ttc-neighbour-weight', type=float,
+                        default=defaults.ttc_neighbour_weight, metavar='W',
+                        help="weight of the neighbouring regions' flows in a region's time "
+                             'to contact (0: each region alone)')
     parser.add_argument('--model', default=None,
                         help='flow model (default: the shipped default model)')
     parser.add_argument('--out-dir', default=None, metavar='DIR',
@@ -79,11 +93,12 @@ def run(args) -> int:
         if not pathlib.Path(path).is_file():
             raise FileNotFoundError(f'sequence file {path} does not exist')
     from veckm_flow_ros.learning.simulate3d import heldout_3d_specs
-    config = EgomotionConfig(window_s=args.window_ms * 1e-3).check()
+    config = EgomotionConfig(window_s=args.window_ms * 1e-3, ttc_grid=tuple(args.ttc_grid),
+                             ttc_neighbour_weight=args.ttc_neighbour_weight).check()
     results = evaluation.evaluate_specs(
-        heldout_3d_specs(args.count), args.duration, config, flow=args.flow, model=args.model,
-        stride=args.stride, confidence=args.confidence, quiet=args.quiet,
-        sequences=args.sequences, cache_dir=args.cache_dir)
+        heldout_3d_specs(args.count, args.trajectories), args.duration, config,
+        flow=args.flow, model=args.model, stride=args.stride, confidence=args.confidence,
+        quiet=args.quiet, sequences=args.sequences, cache_dir=args.cache_dir)
     table = evaluation.results_table(results)
     print(table)
     if args.out_dir:

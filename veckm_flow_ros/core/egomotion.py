@@ -77,10 +77,13 @@ class EgomotionConfig:
     min_translation_fit: float = 0.05  # explained share of the derotated flow below this ->
     #                                    direction NaN (translation too small to tell), [0, 1)
     min_ttc_flows: int = 10         # flows a time-to-contact region needs, >= 1
+    ttc_neighbour_weight: float = 0.25  # weight of the flows of the 8 neighbouring regions
+    #                                    in a region's time to contact (its own weigh 1);
+    #                                    0: each region alone, [0, 1]
     flow_floor_px_s: float = 50.0   # flows weighted by 1 / (|flow| + this) [px/s]: the flow
     #                                 errors grow with the flow; 0: all flows weigh the same
     #                                 (plain least squares), else > 0
-    slow_flow_px_s: float = 100.0   # with a gyroscope and for the time to contact, flows
+    slow_flow_px_s: float = 100.0   # with a gyroscope, flows
     #                                 weighted by s^2 / (s^2 + this^2), s = |flow| [px/s]: slow
     #                                 normal flows are unreliable in sign and size; 0: off
     sign_start: bool = True         # with a gyroscope: start the search from the direction
@@ -117,6 +120,7 @@ class EgomotionConfig:
         need(0 < self.huber_scale <= 100, 'huber_scale', 'in (0, 100]')
         need(0 <= self.min_translation_fit < 1, 'min_translation_fit', 'in [0, 1)')
         need(self.min_ttc_flows >= 1, 'min_ttc_flows', '>= 1')
+        need(0 <= self.ttc_neighbour_weight <= 1, 'ttc_neighbour_weight', 'in [0, 1]')
         need(self.flow_floor_px_s >= 0, 'flow_floor_px_s', '>= 0 px/s')
         need(self.slow_flow_px_s >= 0, 'slow_flow_px_s', '>= 0 px/s')
         need(isinstance(self.sign_start, (bool, np.bool_)), 'sign_start', 'true or false')
@@ -398,6 +402,17 @@ class EgomotionEstimator:
         rows_ttc, cols_ttc = config.ttc_grid
         self._region_map = (((yi * rows_ttc) // camera.height) * cols_ttc + (
             (xi * cols_ttc) // camera.width)).astype(np.int16)
+        # Per region: itself and its 8 neighbours (rows * cols where outside the grid) and
+        # their weights in its time to contact.
+        row, col = np.divmod(np.arange(rows_ttc * cols_ttc), cols_ttc)
+        shift = np.array([(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)])
+        row_to, col_to = row[:, None] + shift[:, 0], col[:, None] + shift[:, 1]
+        inside = (row_to >= 0) & (row_to < rows_ttc) & (col_to >= 0) & (col_to < cols_ttc)
+        self._ttc_pool = np.where(inside, row_to * cols_ttc + col_to,
+                                  rows_ttc * cols_ttc).astype(np.int16)
+        self._ttc_pool_weight = np.where(
+            inside, np.where(np.all(shift == 0, axis=1), 1.0, config.ttc_neighbour_weight),
+            0.0).astype(np.float32)
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -839,31 +854,46 @@ class EgomotionEstimator:
         b = window.a @ direction
         r = window.m - window.g @ omega
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
-        # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth).
-        # Validity and the slow-flow factor, not the fit's 1 / (|flow| + floor): that would
-        # favour the flows measured too small and bias the median towards long times; slow
-        # normal flows are measured too large (short times).
-        w = np.abs(b) * window.validity * window.slow * window.robust
-        ok = w > 1e-12
-        inverse = r[ok] * direction[2] / b[ok]
-        region, w = window.region[ok], w[ok]
+        # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth), times the
+        # validity. Not the fit's 1 / (|flow| + floor) nor the slow-flow factor: both weigh
+        # a flow by its measured size and favour the flows measured too small (long times)
+        # or too large (short times). Flows whose sign no positive depth explains (the sign
+        # errors of slow flows) are left out: they would pull the median towards zero.
+        w = np.abs(b) * window.validity * window.robust
+        with np.errstate(divide='ignore', invalid='ignore'):
+            inverse = r * direction[2] / b
+        ok = (w > 1e-12) & (inverse > 0)
+        inverse, region, w = inverse[ok], window.region[ok], w[ok]
+        grid = np.full(rows * cols, np.nan)
         if len(inverse) == 0:
-            return np.full((rows, cols), np.nan, np.float32)
-        # Sorted by region, then by inverse (a stable sort of small integers is fast).
+            return grid.reshape(rows, cols).astype(np.float32)
+        # A region needs min_ttc_flows of its own; its median also takes the flows of its 8
+        # neighbours at ttc_neighbour_weight: the flow model's errors differ from surface to
+        # surface, and a wider pool averages them while the grid keeps its resolution (an
+        # obstacle that fills one region only may not outweigh its neighbours: see the doc).
+        enough = np.bincount(region, minlength=rows * cols) >= max(config.min_ttc_flows, 1)
         order = np.argsort(inverse)
-        order = np.take(order, np.argsort(np.take(region, order),
-                                          kind='stable'))
-        region, inverse, w = (np.take(c, order) for c in (region, inverse, w))
-        bounds = np.searchsorted(region, np.arange(rows * cols + 1))
-        counts = np.diff(bounds)
-        cumulative = np.concatenate([[0.0], np.cumsum(w)])
+        inverse, region, w = (np.take(c, order) for c in (inverse, region, w))
+        pool = 1
+        if config.ttc_neighbour_weight > 0:
+            # Entry 9 i + k: flow i in the k-th region of its 3 x 3 neighbourhood (rows * cols
+            # outside the grid, after all others, with weight 0). Entries are in the order of
+            # the inverse, and a stable sort by region keeps that order within a region.
+            pool = self._ttc_pool.shape[1]
+            w = (np.take(self._ttc_pool_weight, region, axis=0)
+                 * w[:, None].astype(np.float32)).reshape(-1)
+            region = np.take(self._ttc_pool, region, axis=0).reshape(-1)
+        entries = np.argsort(region, kind='stable')
+        counts = np.bincount(region, minlength=rows * cols)[:rows * cols]
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        cumulative = np.concatenate([[0.0], np.cumsum(np.take(w, entries), dtype=np.float64)])
         start, total = cumulative[bounds[:-1]], cumulative[bounds[1:]] - cumulative[bounds[:-1]]
-        # The weighted median of each region: the first flow whose cumulative weight (within
+        # The weighted median of each region: the first entry whose cumulative weight (within
         # the region) reaches half of the region's total.
         pick = np.searchsorted(cumulative, start + 0.5 * total, side='left') - 1
-        enough = counts >= max(config.min_ttc_flows, 1)
         pick = np.clip(pick, bounds[:-1], np.maximum(bounds[1:] - 1, bounds[:-1]))
-        median = np.where(enough, inverse[np.minimum(pick, len(inverse) - 1)], np.nan)
+        pick = np.minimum(pick, len(entries) - 1)
+        median = np.where(enough, inverse[np.take(entries, pick) // pool], np.nan)
         with np.errstate(divide='ignore', invalid='ignore'):
             grid = np.where(median > 0, 1.0 / median, np.nan)
         return grid.reshape(rows, cols).astype(np.float32)

@@ -75,6 +75,9 @@ DISTORTION_COEFFICIENTS = {'plumb_bob': (-0.2, 0.05, 5e-4, -5e-4, 0.0),
                            'equidistant': (-0.02, 0.004, 0.0, 0.0)}
 # Held-out sequences for evaluation: seeds far from the 2D simulator's (training and held-out).
 HELDOUT_3D_SEED = 3_700_000
+# Held-out sequences of a subset of the trajectories (e.g. approaches only): a block of seeds
+# apart from the mixed set's, so that they never repeat one of its scenes.
+HELDOUT_3D_SUBSET_SEED = 3_710_000
 # Focal length of the default camera relative to the sensor width (250 px at 346 px).
 FOCAL_PER_WIDTH = 250.0 / 346.0
 # Neighbouring pixels on different surfaces with depths differing by more than this fraction
@@ -717,10 +720,23 @@ def simulate3d(scene, duration_s=0.5, seed=0, progress=None):
         gt_t_s - gyro.time_offset_s, gyro_rad_s)
 
 
-def heldout_3d_specs(count):
-    """Dicts of make_scene3d arguments (trajectory, seed) for evaluation, cycling trajectories."""
-    return [{'trajectory': TRAJECTORIES[i % len(TRAJECTORIES)], 'seed': HELDOUT_3D_SEED + i}
-            for i in range(int(count))]
+def heldout_3d_specs(count, trajectories=TRAJECTORIES):
+    """
+    Dicts of make_scene3d arguments (trajectory, seed) for evaluation, cycling trajectories.
+
+    All four trajectories: seeds HELDOUT_3D_SEED + i (the mixed held-out set); a subset
+    (e.g. ('approach',)): seeds HELDOUT_3D_SUBSET_SEED + i, none of the mixed set's scenes.
+    """
+    kinds = tuple(dict.fromkeys(trajectories))  # in order, without repeats
+    unknown = [kind for kind in kinds if kind not in TRAJECTORIES]
+    if not kinds or unknown:
+        raise ValueError(f'held-out trajectories must be some of {", ".join(TRAJECTORIES)}, '
+                         f'got {", ".join(map(repr, unknown or kinds)) or "none"}')
+    if set(kinds) == set(TRAJECTORIES):
+        kinds, first = TRAJECTORIES, HELDOUT_3D_SEED
+    else:
+        first = HELDOUT_3D_SUBSET_SEED
+    return [{'trajectory': kinds[i % len(kinds)], 'seed': first + i} for i in range(int(count))]
 
 
 # --------------------------------------------------------------------------------------------

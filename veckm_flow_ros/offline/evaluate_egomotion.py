@@ -26,7 +26,9 @@ the window (mean twist of the window, depth of its events):
   (windows with |omega_true| >= 1 deg/s for the %; without gyro only);
 - FOE error [px] where both the estimate and the truth are valid (|d_z| >= min_forward);
 - time to contact: relative error |TTC_est - TTC_true| / TTC_true per region, with the truth
-  the median of Z / v_z over the region's events; median over regions and windows.
+  the median of Z / v_z over the region's events; median over regions and windows;
+- minimum time to contact (the avoidance trigger): relative error of min_ttc_s against the
+  minimum of the true grid, per window where both exist.
 """
 
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ class SequenceResult:
     truth: dict
     estimates: dict                 # mode -> arrays (estimates_to_arrays)
     flow_quality: Optional[dict] = None  # see sequence_flows
+    min_ttc_relative: Optional[dict] = None  # mode -> [W] NaN where either minimum is NaN
 
 
 def angle_deg(a, b):
@@ -143,7 +146,7 @@ def evaluate_sequence(sequence, name, flows, config: EgomotionConfig) -> Sequenc
         estimates[mode] = egomotion.estimates_to_arrays(windows, config.ttc_grid)
     count = len(truth['t_s'])
     observable = truth['speed_per_depth'] >= MIN_SPEED_PER_DEPTH
-    direction, has_direction, foe, ttc = {}, {}, {}, {}
+    direction, has_direction, foe, ttc, min_ttc = {}, {}, {}, {}, {}
     for mode in MODES:
         arrays = estimates[mode]
         has_direction[mode] = np.all(np.isfinite(arrays['direction']), axis=1)
@@ -153,6 +156,8 @@ def evaluate_sequence(sequence, name, flows, config: EgomotionConfig) -> Sequenc
         with np.errstate(invalid='ignore', divide='ignore'):
             relative = np.abs(arrays['ttc_grid_s'] - truth['ttc_s']) / truth['ttc_s']
         ttc[mode] = relative[np.isfinite(relative)]
+        with np.errstate(invalid='ignore'):
+            min_ttc[mode] = np.abs(arrays['min_ttc_s'] - truth['min_ttc_s']) / truth['min_ttc_s']
     omega_error = np.linalg.norm(estimates['free']['omega_rad_s'] - truth['omega_rad_s'], axis=1)
     omega_true = np.linalg.norm(truth['omega_rad_s'], axis=1)
     percent = np.where(omega_true >= MIN_OMEGA_RAD_S,
@@ -161,7 +166,8 @@ def evaluate_sequence(sequence, name, flows, config: EgomotionConfig) -> Sequenc
         if isinstance(sequence.description.get('trajectory'), dict) else \
         str(sequence.description.get('trajectory', ''))
     return SequenceResult(name, trajectory, count, observable, direction, has_direction,
-                          np.degrees(omega_error), percent, foe, ttc, truth, estimates)
+                          np.degrees(omega_error), percent, foe, ttc, truth, estimates,
+                          min_ttc_relative=min_ttc)
 
 
 def _median(values):
@@ -193,6 +199,8 @@ def summary_row(results: List[SequenceResult]) -> dict:
         row[f'{mode}_foe_med'] = _median(np.concatenate([r.foe_px[mode] for r in results]))
         row[f'{mode}_ttc_med'] = _median(np.concatenate([r.ttc_relative[mode]
                                                          for r in results]))
+        row[f'{mode}_min_ttc_med'] = _median(np.concatenate(
+            [r.min_ttc_relative[mode] for r in results if r.min_ttc_relative] or [[]]))
     row['omega_deg_s_med'] = _median(np.concatenate([r.omega_deg_s for r in results]))
     row['omega_pct_med'] = _median(np.concatenate([r.omega_percent for r in results]))
     return row
@@ -203,10 +211,12 @@ COLUMNS = (('windows', 'win', '{:.0f}'), ('observable', 'obs', '{:.0f}'),
            ('gyro_dir_med', 'gyro dir med', '{:.2f}'), ('gyro_dir_p90', 'gyro dir p90', '{:.2f}'),
            ('gyro_coverage', 'gyro cov', '{:.2f}'), ('gyro_foe_med', 'gyro FOE px', '{:.1f}'),
            ('gyro_ttc_med', 'gyro TTC rel', '{:.3f}'),
+           ('gyro_min_ttc_med', 'gyro min TTC rel', '{:.3f}'),
            ('free_dir_med', 'free dir med', '{:.2f}'), ('free_dir_p90', 'free dir p90', '{:.2f}'),
            ('free_coverage', 'free cov', '{:.2f}'), ('omega_deg_s_med', 'free w deg/s', '{:.2f}'),
            ('omega_pct_med', 'free w %', '{:.1f}'), ('free_foe_med', 'free FOE px', '{:.1f}'),
-           ('free_ttc_med', 'free TTC rel', '{:.3f}'))
+           ('free_ttc_med', 'free TTC rel', '{:.3f}'),
+           ('free_min_ttc_med', 'free min TTC rel', '{:.3f}'))
 
 
 def results_table(results: List[SequenceResult]) -> str:

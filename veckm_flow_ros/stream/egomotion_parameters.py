@@ -48,6 +48,10 @@ EGOMOTION_PARAMETERS = (
                   read_only=True),
     ParameterSpec('ttc_cols', 8, 'Columns of the ~/time_to_contact image [cells].', (1, 64),
                   read_only=True),
+    ParameterSpec('ttc_neighbour_weight', 0.25, "Weight of the 8 neighbouring cells' flows in "
+                  "a cell's time to contact (its own weigh 1) [0..1]: more averages the flow "
+                  'errors, less keeps an obstacle that fills one cell; 0 = each cell alone.',
+                  (0.0, 1.0), read_only=True),
     ParameterSpec('camera_yaml', '', 'ROS camera calibration YAML used until a valid '
                   '~/camera_info arrives (then ~/camera_info wins); empty = wait for '
                   '~/camera_info.', read_only=True),

@@ -328,7 +328,8 @@ def estimator_config(config: dict):
                            max_flows=int(config['max_flows']),
                            min_validity=float(config['min_validity']),
                            min_forward=float(config['min_forward']),
-                           ttc_grid=(int(config['ttc_rows']), int(config['ttc_cols'])))
+                           ttc_grid=(int(config['ttc_rows']), int(config['ttc_cols'])),
+                           ttc_neighbour_weight=float(config['ttc_neighbour_weight']))
 
 
 def check_egomotion_config(config: dict):
