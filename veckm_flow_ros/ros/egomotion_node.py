@@ -83,6 +83,7 @@ from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
 from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns, stamp_to_ns
 from veckm_flow_ros.ros.receiver import SerializedReceiver
 from veckm_flow_ros.ros.spin import run_node
+from veckm_flow_ros.runtime import limit_blas_threads
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.egomotion_stream import EgomotionStream, read_flow_cloud
@@ -362,7 +363,8 @@ class EgomotionNode(Node):
 
 
 def main(args=None):
-    """Run the node until shutdown; return the exit status."""
+    """Run the node until shutdown (numpy's BLAS on one thread); return the exit status."""
+    limit_blas_threads(1)
     return run_node(EgomotionNode, EXECUTABLE, args)
 
 
