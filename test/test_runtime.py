@@ -45,7 +45,8 @@ def test_set_omp_wait_policy_keeps_the_users_choice(monkeypatch):
     assert set_omp_wait_policy() == 'PASSIVE' == os.environ['OMP_WAIT_POLICY']
 
 
-def test_limit_blas_threads_sets_numpys_openblas():
+@pytest.mark.parametrize('user_value, expected', [(None, 1), ('2', 2)])
+def test_limit_blas_threads_sets_numpys_openblas(user_value, expected):
     code = """
 import ctypes, numpy
 from veckm_flow_ros.runtime import _loaded_openblas_paths, limit_blas_threads
@@ -63,9 +64,11 @@ print(limit_blas_threads(1), [getter() for getter in counts])
 """
     environment = {k: v for k, v in os.environ.items()
                    if k not in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}
+    if user_value is not None:
+        environment['OPENBLAS_NUM_THREADS'] = user_value  # the user's choice wins
     result = subprocess.run([sys.executable, '-c', code], env=environment, capture_output=True,
                             text=True, check=True)
     changed, counts = result.stdout.split(' ', 1)
     if changed == '0':
         pytest.skip('numpy uses no OpenBLAS here')
-    assert counts.strip() == str([1] * int(changed))
+    assert counts.strip() == str([expected] * int(changed))

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Process-wide settings that the programs (not the library) apply before importing torch."""
+"""Process-wide settings that the programs (not the library) apply: OpenMP, numpy's BLAS."""
 
 import os
 
@@ -39,7 +39,6 @@ def _loaded_openblas_paths():
     try:
         with open('/proc/self/maps') as maps:
             fields = [line.split(None, 5) for line in maps]
-
     except OSError:
         return []
     paths = {parts[5].strip() for parts in fields if len(parts) == 6}
@@ -49,18 +48,22 @@ def _loaded_openblas_paths():
 
 def limit_blas_threads(count: int = 1) -> int:
     """
-    Use at most `count` threads in numpy's OpenBLAS from now on; return the libraries set.
+    Use `count` threads in numpy's OpenBLAS from now on; return how many libraries were set.
 
     numpy's OpenBLAS splits a matrix product of a few hundred rows over every core, and its
     worker threads then spin between calls: in the egomotion node (a product per search step,
-    ~30 windows/s) the spinning took 50 % of a core and made each estimate slower. The small
-    products of the estimator gain nothing from more threads. Process-wide: call it from a
-    program's main(), not from library code. Sets OPENBLAS_NUM_THREADS for an OpenBLAS that
-    is loaded later and calls the set_num_threads of each one already loaded; 0 when none
-    is (numpy built with another BLAS: set that BLAS's variable instead).
+    ~30 windows/s) the spinning took 30-50 % of a core and made each estimate slower. The
+    small products of the estimator gain nothing from more threads. Process-wide: call it
+    from a program's main(), not from library code. A user's OPENBLAS_NUM_THREADS wins over
+    `count`; else it is set to `count` (for an OpenBLAS loaded later). The set_num_threads of
+    each OpenBLAS already loaded is called; 0 when none is (numpy built with another BLAS:
+    set that BLAS's variable instead).
     """
     import ctypes
-    os.environ.setdefault('OPENBLAS_NUM_THREADS', str(int(count)))
+    try:
+        count = int(os.environ.setdefault('OPENBLAS_NUM_THREADS', str(int(count))))
+    except ValueError:
+        pass  # not a number: OpenBLAS ignores it too
     changed = 0
     for path in _loaded_openblas_paths():
         try:
