@@ -18,6 +18,7 @@ Cost of EgomotionEstimator.estimate per window, with and without gyroscope.
     OMP_NUM_THREADS=1 python3 benchmarks/bench_egomotion.py [--rates 100000 300000 1000000]
                                                             [--window-ms 30] [--repeats 20]
                                                             [--reference OLD_egomotion.py]
+                                                            [--pause-ms 27]
 
 Each case is a window of window_ms at a flow rate (analytic normal flow of a 346x260 camera
 with plumb_bob distortion, random motion), estimated `--repeats` times. Columns: flows per
@@ -28,7 +29,9 @@ normalized undistorted coordinates and the normal-flow transform) at the same ra
 column is each row's ratio to it. --reference FILE: another version of
 veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomotion.py >
 /tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
-"(reference)"), so that both see the same load.
+"(reference)"), so that both see the same load. --pause-ms: sleep before each timed call,
+as the node idles between windows (caches and branch predictors go cold: a call then costs
+more than back to back).
 """
 
 import argparse
@@ -56,17 +59,20 @@ def analytic_window(camera, count, rng):
     return x_px, y_px, magnitude * np.cos(angle), magnitude * np.sin(angle), omega
 
 
-def measure(function, repeats, other=None):
+def measure(function, repeats, other=None, pause_s=0.0):
     """
     Median CPU and wall time [ms] of function() over repeats calls, and its last result.
 
     other: a second function called alternately with the first; then returns a pair of
-    (cpu, wall, result), the first function's and the other's.
+    (cpu, wall, result), the first function's and the other's. pause_s: sleep this long
+    before each call (not timed), as the node idles between windows.
     """
     functions = [function] if other is None else [function, other]
     cpu, wall, result = [[] for _ in functions], [[] for _ in functions], [None] * 2
     for _ in range(repeats):
         for index, call in enumerate(functions):
+            if pause_s:
+                time.sleep(pause_s)
             c0, w0 = time.process_time(), time.perf_counter()
             result[index] = call()
             cpu[index].append((time.process_time() - c0) * 1e3)
@@ -95,7 +101,11 @@ def main():
     parser.add_argument('--repeats', type=int, default=20)
     parser.add_argument('--reference', default=None,
                         help='another egomotion.py, timed interleaved (rows "(reference)")')
+    parser.add_argument('--pause-ms', type=float, default=0.0,
+                        help='sleep before each timed call [ms], as the node idles between '
+                        'windows (e.g. 27 for 30 ms windows); 0: back to back')
     args = parser.parse_args()
+    pause_s = args.pause_ms * 1e-3
     from veckm_flow_ros.core.camera import CameraModel
     from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
     camera = CameraModel.pinhole(346, 260, 250.0, 'plumb_bob', (-0.3, 0.1, 1e-3, -1e-3, 0.0))
@@ -117,18 +127,18 @@ def main():
         x, y, u, v, omega = analytic_window(camera, count, rng)
         rows = []
         base_cpu, base_wall, _ = measure(
-            lambda: estimator._prepare(x, y, u, v, None), args.repeats)
+            lambda: estimator._prepare(x, y, u, v, None), args.repeats, pause_s=pause_s)
         rows.append(('baseline: input stage', '-', base_cpu, base_wall))
         for case, gyro in (('with gyro', omega), ('without gyro', None)):
             def run(chosen):
                 return lambda: chosen.estimate(x, y, u, v, omega_rad_s=gyro)
             if reference is None:
-                cpu, wall, result = measure(run(estimator), args.repeats)
+                cpu, wall, result = measure(run(estimator), args.repeats, pause_s=pause_s)
                 rows.append((case, result.num_flows, cpu, wall))
                 continue
             for label, (cpu, wall, result) in zip(
                     ('', ' (reference)'),
-                    measure(run(estimator), args.repeats, run(reference))):
+                    measure(run(estimator), args.repeats, run(reference), pause_s)):
                 rows.append((case + label, result.num_flows, cpu, wall))
         for case, used, cpu, wall in rows:
             share = 100.0 * cpu / args.window_ms / (rate / 1e5)

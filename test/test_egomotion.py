@@ -110,6 +110,41 @@ def test_estimate_follows_the_sign_of_the_motion():
             assert angle_deg(result.direction, sign * v) < 3.0
 
 
+@pytest.mark.parametrize('warm_start_windows', [0, 3])
+def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_start_windows):
+    """
+    With gyro, windows start from the previous direction, one in warm_start_windows + 1 in full.
+
+    The directions stay as exact as with full searches.
+    """
+    config = EgomotionConfig(warm_start_windows=warm_start_windows)
+    estimator = EgomotionEstimator(PLUMB_BOB, config)
+    full_searches = []
+    search = estimator._search
+
+    def spy(cost, direction, coarse, **kwargs):
+        full_searches[-1] += bool(coarse or direction is None)
+        return search(cost, direction, coarse, **kwargs)
+    estimator._search = spy
+    v = np.array([0.3, -0.1, 1.0])
+    omega = np.array([0.1, -0.2, 0.05])
+    errors = []
+    for seed in range(9):
+        v = v + 0.05 * np.array([1.0, 0.5, 0.0])  # the heading turns ~2 deg per window
+        x, y, u, w, _ = analytic_window(PLUMB_BOB, v, omega, seed=seed)
+        full_searches.append(0)
+        result = estimator.estimate(x, y, u, w, omega_rad_s=omega)
+        errors.append(angle_deg(result.direction, v))
+    started_in_full = [count > 0 for count in full_searches]
+    expected = [index % (warm_start_windows + 1) == 0 for index in range(9)]
+    assert started_in_full == expected, full_searches
+    assert max(errors) < 2.0, errors
+    estimator.reset()  # forgets the previous direction: the next window is searched in full
+    full_searches.append(0)
+    estimator.estimate(x, y, u, w, omega_rad_s=omega)
+    assert full_searches[-1] > 0
+
+
 def test_foe_and_time_to_contact_of_an_approach():
     """Approaching a wall at 2 m with 0.5 m/s: FOE at the projected heading, TTC 4 s."""
     v = np.array([0.1, -0.05, 0.5])
@@ -243,7 +278,8 @@ def test_time_to_contact_neighbour_weight_trades_a_region_bias_for_localisation(
     ('sign_start', 'yes', 'sign_start must be true or false'),
     ('rotation_error', 11.0, 'rotation_error must be in'), ('sign_flows', 5, 'sign_flows'),
     ('sign_tolerance', -0.1, 'sign_tolerance'),
-    ('ttc_neighbour_weight', 1.5, 'ttc_neighbour_weight must be in')])
+    ('ttc_neighbour_weight', 1.5, 'ttc_neighbour_weight must be in'),
+    ('warm_start_windows', -1, 'warm_start_windows must be in 0..1000')])
 def test_config_out_of_range_names_the_value(name, value, message):
     with pytest.raises(ValueError, match=message):
         EgomotionEstimator(PINHOLE, EgomotionConfig(**{name: value}))

@@ -252,6 +252,36 @@ def test_raw_imu_parsing_matches_rclpy():
         parse_imu_angular_velocity_cdr(serialize_message(Imu())[:60])
 
 
+def test_raw_flow_cloud_parsing_matches_rclpy():
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import PointField
+    from veckm_flow_ros.ros.cdr import parse_pointcloud2_cdr
+    for frame_id, names, count in (('', ('x',), 0), ('camera', ('x', 'y', 't', 'u', 'v'), 3),
+                                   ('cam_optical_long', ('x', 'y', 't', 'u', 'v', 'validity'),
+                                    7)):
+        msg = PointCloud2()
+        msg.header.stamp = stamp_from_ns(T0_NS + 987_654_321)
+        msg.header.frame_id = frame_id
+        msg.fields = [PointField(name=name, offset=4 * i, datatype=PointField.FLOAT32,
+                                 count=1) for i, name in enumerate(names)]
+        msg.height, msg.width = 1, count
+        msg.point_step, msg.row_step = 4 * len(names), 4 * len(names) * count
+        msg.is_bigendian, msg.is_dense = False, True
+        msg.data = np.arange(count * len(names), dtype='<f4').tobytes()
+        cloud = parse_pointcloud2_cdr(serialize_message(msg))
+        assert (cloud['stamp_ns'], cloud['frame_id'], cloud['height'], cloud['width']) == (
+            T0_NS + 987_654_321, frame_id, 1, count)
+        assert cloud['fields'] == [(name, 4 * i, PointField.FLOAT32, 1)
+                                   for i, name in enumerate(names)]
+        assert (cloud['is_bigendian'], cloud['point_step'], cloud['row_step']) == (
+            False, msg.point_step, msg.row_step)
+        assert bytes(cloud['data']) == bytes(msg.data)
+    with pytest.raises(ValueError, match='truncated PointCloud2'):
+        parse_pointcloud2_cdr(serialize_message(msg)[:40])
+    with pytest.raises(ValueError, match='data bytes but only'):
+        parse_pointcloud2_cdr(serialize_message(msg)[:-20])
+
+
 # ---- outputs --------------------------------------------------------------------------------
 
 

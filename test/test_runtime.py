@@ -12,11 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Importing the package leaves the environment alone; the programs set OMP_WAIT_POLICY."""
+"""Importing the package leaves the environment alone; the programs set process-wide options."""
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 
 def test_import_does_not_set_omp_wait_policy():
@@ -41,3 +43,32 @@ def test_set_omp_wait_policy_keeps_the_users_choice(monkeypatch):
     assert set_omp_wait_policy() == 'ACTIVE'
     monkeypatch.delenv('OMP_WAIT_POLICY')
     assert set_omp_wait_policy() == 'PASSIVE' == os.environ['OMP_WAIT_POLICY']
+
+
+@pytest.mark.parametrize('user_value, expected', [(None, 1), ('2', 2)])
+def test_limit_blas_threads_sets_numpys_openblas(user_value, expected):
+    code = """
+import ctypes, numpy
+from veckm_flow_ros.runtime import _loaded_openblas_paths, limit_blas_threads
+numpy.ones((2, 2)) @ numpy.ones((2, 2))
+counts = []
+for path in _loaded_openblas_paths():
+    library = ctypes.CDLL(path)
+    for name in ('scipy_openblas_get_num_threads64_', 'scipy_openblas_get_num_threads',
+                 'openblas_get_num_threads64_', 'openblas_get_num_threads'):
+        getter = getattr(library, name, None)
+        if getter is not None:
+            counts.append(getter)
+            break
+print(limit_blas_threads(1), [getter() for getter in counts])
+"""
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}
+    if user_value is not None:
+        environment['OPENBLAS_NUM_THREADS'] = user_value  # the user's choice wins
+    result = subprocess.run([sys.executable, '-c', code], env=environment, capture_output=True,
+                            text=True, check=True)
+    changed, counts = result.stdout.split(' ', 1)
+    if changed == '0':
+        pytest.skip('numpy uses no OpenBLAS here')
+    assert counts.strip() == str([expected] * int(changed))

@@ -97,6 +97,12 @@ class EgomotionConfig:
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
     #                                 the signs of derotated flows r count r^2 / (r^2 +
     #                                 (this g . omega)^2) in the sign start, [0, 10]
+    warm_start_windows: int = 10    # with a gyroscope and the sign start: up to this many
+    #                                 windows in a row start from the previous window's
+    #                                 direction (local searches; the global least-squares
+    #                                 check only when the fit ends > 5 deg from it), then one
+    #                                 window is searched in full; 0: every window in full,
+    #                                 0..1000
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -127,6 +133,7 @@ class EgomotionConfig:
         need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
         need(0 <= self.sign_tolerance <= 10, 'sign_tolerance', 'in [0, 10]')
         need(self.sign_flows >= 10, 'sign_flows', '>= 10')
+        need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
         return self
 
     @classmethod
@@ -301,6 +308,10 @@ _INTERMEDIATE_ROUNDS_LESS = 3
 # to the local fit's first [deg]: both sit in the same basin, the check cannot change much.
 _SAME_BASIN_DEG = 1.0
 
+# A warm-started window (see warm_start_windows) skips the global least-squares check when its
+# fit ends within this angle of the previous window's direction [deg].
+_WARM_SAME_DEG = 5.0
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -379,6 +390,7 @@ class EgomotionEstimator:
         sphere = fibonacci_sphere(self.config.sphere_directions)
         self._half_sphere = sphere[sphere[:, 2] >= 0]
         self._previous = None  # the last window's direction: one more start of the search
+        self._warm_windows = 0  # windows in a row started from _previous (gyro mode)
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
@@ -419,6 +431,7 @@ class EgomotionEstimator:
     def reset(self):
         """Forget the previous window's direction (after a time jump or a new camera)."""
         self._previous = None
+        self._warm_windows = 0
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
                  t_s=0.0) -> EgomotionEstimate:
@@ -577,6 +590,12 @@ class EgomotionEstimator:
         start_stats = self._cell_stats_known(window, table)
         direction = None
         coarse_rounds = 1
+        # Motion is continuous: most windows start from the previous direction, with a full
+        # search every warm_start_windows + 1 windows so that a wrong basin cannot persist.
+        previous = self._previous
+        warm = (config.sign_start and previous is not None
+                and self._warm_windows < config.warm_start_windows)
+        self._warm_windows = self._warm_windows + 1 if warm else 0
         if config.sign_start:
             # A start that ignores the magnitudes: the direction whose cheirality (the sign of
             # a . d) agrees best with the signs of the derotated flows, the flows weighted by
@@ -591,12 +610,14 @@ class EgomotionEstimator:
             direction = self._search(
                 lambda dirs, mirror=False: self._cost_sign(
                     a_sign, signed_sign, dirs.astype(np.float32), mirror),
-                None, coarse=True, final=False, scale_free=False)
+                previous if warm else None, coarse=not warm, final=False, scale_free=False)
             coarse_rounds = -1
         robust = window.robust
         direction, stats, first = self._fit_known(window, r, table, start_stats, direction,
                                                   coarse_rounds)
-        if config.sign_start:
+        if warm and float(direction @ previous) >= math.cos(math.radians(_WARM_SAME_DEG)):
+            pass  # the fit stayed near the previous direction: no global check
+        elif config.sign_start:
             # The least squares from the sign start refine it only locally: magnitude errors
             # can put their global minimum elsewhere (e.g. the opposite direction). Their
             # global minimum replaces it where it agrees at least as well with the signs

@@ -18,7 +18,8 @@ EventPacket in and PointCloud2 out as raw CDR bytes (little-endian XCDR1), witho
 The node takes ~/events as serialized bytes and publishes ~/flow as serialized bytes: no
 Python message objects are built, the event payload is a zero-copy view and the flow points
 are copied once (docs/raw_cdr.md says why: rclpy's conversions cost more per message than
-the node's whole per-packet work).
+the node's whole per-packet work). The egomotion node takes ~/flow (PointCloud2) and ~/imu
+the same way.
 """
 
 import struct
@@ -113,6 +114,50 @@ def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
     parts.append(data)
     parts.append(struct.pack('<?', layout['is_dense']))
     return b'\x00\x01\x00\x00' + b''.join(parts)
+
+
+def parse_pointcloud2_cdr(raw: bytes) -> dict:
+    """
+    Fields of a serialized sensor_msgs/msg/PointCloud2 (little-endian XCDR1).
+
+    Returns a dict with stamp_ns, frame_id, height, width, fields (a list of (name, offset,
+    datatype, count) per PointField), is_bigendian, point_step, row_step and data, a zero-copy
+    memoryview into `raw` (what read_flow_cloud of stream/egomotion_stream.py takes). Raises
+    ValueError for malformed bytes.
+    """
+    if len(raw) < 4 or raw[1] != 1:
+        raise ValueError('not a little-endian CDR message')
+    body = memoryview(raw)[4:]  # alignment counts from after the encapsulation header
+    try:
+        sec, nanosec = struct.unpack_from('<iI', body, 0)
+        frame_id, offset = _cdr_string(body, 8)
+        offset = (offset + 3) & ~3
+        height, width, num_fields = struct.unpack_from('<III', body, offset)
+        offset += 12
+        if num_fields > len(body) // 16:  # a PointField takes at least 16 bytes
+            raise ValueError(f'PointCloud2 says {num_fields} fields in {len(raw)} bytes')
+        fields = []
+        for _ in range(num_fields):
+            name, offset = _cdr_string(body, offset)
+            offset = (offset + 3) & ~3
+            field_offset, datatype = struct.unpack_from('<IB', body, offset)
+            offset = (offset + 5 + 3) & ~3
+            (count,) = struct.unpack_from('<I', body, offset)
+            offset += 4
+            fields.append((name, field_offset, datatype, count))
+        (is_bigendian,) = struct.unpack_from('<?', body, offset)
+        offset = (offset + 1 + 3) & ~3
+        point_step, row_step, size = struct.unpack_from('<III', body, offset)
+    except struct.error as error:
+        raise ValueError(f'truncated PointCloud2 ({len(raw)} bytes): {error}') from None
+    start = offset + 12
+    if start + size > len(body):
+        raise ValueError(f'PointCloud2 says {size} data bytes but only {len(body) - start} '
+                         'follow')
+    return {'stamp_ns': sec * 1_000_000_000 + nanosec, 'frame_id': frame_id,
+            'height': height, 'width': width, 'fields': fields,
+            'is_bigendian': is_bigendian, 'point_step': point_step, 'row_step': row_step,
+            'data': body[start:start + size]}
 
 
 def parse_imu_angular_velocity_cdr(raw: bytes):

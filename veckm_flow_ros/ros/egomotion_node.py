@@ -19,7 +19,8 @@ Subscriptions
     ~/flow          sensor_msgs/msg/PointCloud2   reliable, keep last 10: veckm_flow_node's
                     output (float32 fields x, y [px], t [s, relative to header.stamp], u, v
                     [px/s]; validity, or else confidence, [0..1] weights the flows when
-                    present). Any cloud with these float32 fields is accepted.
+                    present). Any cloud with these float32 fields is accepted. Taken as raw
+                    CDR by a receive thread (rclpy's executor cost ~1 ms of CPU per message).
     ~/camera_info   sensor_msgs/msg/CameraInfo    best effort, keep last 1 (matches any
                     publisher): K, D with distortion_model plumb_bob or equidistant. The last
                     valid message is used; a bad one (zero focal length, wrong D length, ...)
@@ -60,9 +61,10 @@ Parameters: stream/egomotion_parameters.py (EGOMOTION_PARAMETERS: names, types, 
 units, defaults; config/veckm_egomotion.yaml mirrors them); all read-only.
 
 This module is the rclpy glue around stream.egomotion_stream.EgomotionStream, which cuts the
-flows into windows and computes them on its own thread (bounded queue); the executor thread
-runs ~/flow, ~/camera_info, the diagnostics timer and the parameter services, a receive
-thread ~/imu.
+flows into windows and computes them on its own thread (bounded queue); a receive thread
+takes ~/flow and cuts the windows, another ~/imu; the executor thread runs ~/camera_info,
+the diagnostics timer and the parameter services. main() limits numpy's BLAS to one thread
+(runtime.limit_blas_threads).
 """
 
 import math
@@ -79,10 +81,11 @@ from std_msgs.msg import Float32
 
 from veckm_flow_ros.core.camera import CameraModel
 from veckm_flow_ros.ros import rclpy_compat
-from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr
-from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns, stamp_to_ns
+from veckm_flow_ros.ros.cdr import parse_imu_angular_velocity_cdr, parse_pointcloud2_cdr
+from veckm_flow_ros.ros.messages import parameter_descriptor, stamp_from_ns
 from veckm_flow_ros.ros.receiver import SerializedReceiver
 from veckm_flow_ros.ros.spin import run_node
+from veckm_flow_ros.runtime import limit_blas_threads
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.egomotion_stream import EgomotionStream, read_flow_cloud
@@ -107,6 +110,9 @@ OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
 # The IMU receive thread (ros/receiver.py) takes what arrived at most once per period (at
 # 1 kHz: ~10 messages per wake-up).
 IMU_RECEIVE_PERIOD_S = 0.01
+# The ~/flow receive thread: at most one wake-up per period (the flow node publishes every
+# 12-32 ms; a message after a quiet period is taken at once).
+FLOW_RECEIVE_PERIOD_S = 0.005
 # Counters whose increase in a diagnostics period makes the status WARN.
 WARNING_COUNTERS = ('bad_flow_messages', 'flows_with_bad_times', 'bad_camera_infos',
                     'bad_imu_messages', 'dropped_windows', 'failed_windows', 'time_resets')
@@ -154,7 +160,12 @@ class EgomotionNode(Node):
         self.min_ttc_pub = self.create_publisher(Float32, '~/min_time_to_contact', OUTPUT_QOS)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                      OUTPUT_QOS)
-        self.flow_sub = self.create_subscription(PointCloud2, '~/flow', self._on_flow, FLOW_QOS)
+        self.flow_sub = self.create_subscription(
+            PointCloud2, '~/flow', self._on_flow_raw, FLOW_QOS, raw=True,
+            callback_group=rclpy_compat.OwnThreadCallbackGroup())
+        self._flow_receiver = SerializedReceiver(
+            self, self.flow_sub, PointCloud2, self._on_flow_raw, FLOW_RECEIVE_PERIOD_S,
+            '~/flow', 'no more estimates', name='veckm_egomotion_flow')
         self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
                                                         self._on_camera_info, CAMERA_INFO_QOS)
         self._imu_receiver = None
@@ -171,6 +182,7 @@ class EgomotionNode(Node):
         self._diagnostics_timer = self.create_timer(self.config['diagnostics_period_s'],
                                                     self._on_diagnostics_timer)
         self.stream.start()
+        self._flow_receiver.start()
         if self._imu_receiver is not None:
             self._imu_receiver.start()
         config = self.config
@@ -192,19 +204,21 @@ class EgomotionNode(Node):
         else:
             logger.info(message)
 
-    # -- inputs (executor thread) -------------------------------------------------------------
+    # -- ~/flow receive thread ---------------------------------------------------------------
 
-    def _on_flow(self, msg: PointCloud2):
-        fields = [(field.name, field.offset, field.datatype, field.count)
-                  for field in msg.fields]
+    def _on_flow_raw(self, raw: bytes):
+        """Add one serialized ~/flow PointCloud2 to the stream (malformed: counted, logged)."""
         try:
-            columns = read_flow_cloud(fields, msg.point_step, msg.data, msg.is_bigendian,
-                                      msg.width, msg.height)
+            cloud = parse_pointcloud2_cdr(raw)
+            columns = read_flow_cloud(cloud['fields'], cloud['point_step'], cloud['data'],
+                                      cloud['is_bigendian'], cloud['width'], cloud['height'])
         except ValueError as error:
             self.stream.counters.add(bad_flow_messages=1)
             self._throttled('error', f'~/flow message ignored: {error}')
             return
-        self.stream.add_flow(stamp_to_ns(msg.header.stamp), columns, msg.header.frame_id)
+        self.stream.add_flow(cloud['stamp_ns'], columns, cloud['frame_id'])
+
+    # -- inputs (executor thread) -------------------------------------------------------------
 
     def _on_camera_info(self, msg: CameraInfo):
         try:
@@ -345,24 +359,27 @@ class EgomotionNode(Node):
     # -- shutdown -----------------------------------------------------------------------------
 
     def stop_worker(self, timeout_s: float = 5.0):
-        """Stop the IMU receive thread and the estimator thread (idempotent)."""
-        receiver = getattr(self, '_imu_receiver', None)
-        if receiver is not None:
-            receiver.stop(timeout_s)
+        """Stop the receive threads and the estimator thread (idempotent)."""
+        for name in ('_flow_receiver', '_imu_receiver'):
+            receiver = getattr(self, name, None)
+            if receiver is not None:
+                receiver.stop(timeout_s)
         stream = getattr(self, 'stream', None)
         if stream is not None:
             stream.stop(timeout_s)
 
     def destroy_node(self):
         self.stop_worker()
-        receiver = getattr(self, '_imu_receiver', None)
-        if receiver is not None:
-            receiver.destroy()
+        for name in ('_flow_receiver', '_imu_receiver'):
+            receiver = getattr(self, name, None)
+            if receiver is not None:
+                receiver.destroy()
         return super().destroy_node()
 
 
 def main(args=None):
-    """Run the node until shutdown; return the exit status."""
+    """Run the node until shutdown (numpy's BLAS on one thread); return the exit status."""
+    limit_blas_threads(1)
     return run_node(EgomotionNode, EXECUTABLE, args)
 
 
