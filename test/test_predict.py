@@ -41,9 +41,11 @@ def _predict(*arguments):
 
 def _direct(model, events, **options):
     """Run the streaming estimator over all events (what predict promises to equal)."""
-    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import automatic_block_s, FlowBlock, NormalFlowEstimator
     from veckm_flow_ros.stream.parameters import parameter_default
     options.setdefault('min_validity', parameter_default('min_validity'))  # predict's default
+    # The node's and replay's block (block_ms 0): 2 tau centred, tau causal.
+    options.setdefault('block_s', automatic_block_s(model.tau_s, options.get('causal', False)))
     estimator = NormalFlowEstimator(model, 640, 480, **options)
     blocks = estimator.push(events) + estimator.flush()
     return FlowBlock.concatenate(blocks)
@@ -85,9 +87,10 @@ def test_predict_options_and_float_seconds(model, scene, tmp_path, capsys):
     loaded, width, height, _ = load_events(source)
     assert (width, height) == (int(events.x.max()) + 1, int(events.y.max()) + 1)
     np.testing.assert_array_equal(loaded.t_ns, events.t_ns)
-    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
-    estimator = NormalFlowEstimator(load_model('veckm_r8_tau16ms'), width, height,
-                                    causal=True, target_stride=3)
+    from veckm_flow_ros.core.estimator import automatic_block_s, FlowBlock, NormalFlowEstimator
+    r8 = load_model('veckm_r8_tau16ms')
+    estimator = NormalFlowEstimator(r8, width, height, causal=True, target_stride=3,
+                                    block_s=automatic_block_s(r8.tau_s, causal=True))
     direct = FlowBlock.concatenate(estimator.push(events) + estimator.flush())
     out = np.load(tmp_path / 'flow.npz')
     np.testing.assert_array_equal(out['idx'], direct.event_index)

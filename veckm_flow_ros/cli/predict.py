@@ -60,7 +60,7 @@ def register(subparsers):
 def run(args) -> int:
     from tqdm import tqdm
 
-    from veckm_flow_ros.core.estimator import NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.eventio.npz import load_events, npz_path
     events, width, height, unit = load_events(args.events)
@@ -75,6 +75,7 @@ def run(args) -> int:
           f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), '
           f'device {args.device}', file=sys.stderr)
     estimator = NormalFlowEstimator(model, width, height, device=args.device,
+                                    block_s=automatic_block_s(model.tau_s, args.causal),
                                     causal=args.causal, target_stride=args.stride,
                                     max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS),
                                     min_validity=args.min_validity)
