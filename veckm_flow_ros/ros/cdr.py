@@ -40,6 +40,22 @@ def _cdr_string(buffer, offset: int):
     return bytes(buffer[start:end - 1]).decode('utf-8', 'replace'), end
 
 
+def _cdr_header(raw: bytes):
+    """
+    Check the encapsulation of a little-endian XCDR1 message and read its std_msgs/Header.
+
+    Returns (body, stamp_ns, frame_id, offset after the header); body is a memoryview of the
+    message after the 4-byte encapsulation (alignment counts from there). Raises ValueError
+    for another encapsulation, struct.error when the bytes end inside the header.
+    """
+    if len(raw) < 4 or raw[1] != 1:
+        raise ValueError('not a little-endian CDR message')
+    body = memoryview(raw)[4:]
+    sec, nanosec = struct.unpack_from('<iI', body, 0)
+    frame_id, offset = _cdr_string(body, 8)
+    return body, sec * 1_000_000_000 + nanosec, frame_id, offset
+
+
 def parse_event_packet_cdr(raw: bytes) -> dict:
     """
     Fields of a serialized event_camera_msgs/msg/EventPacket (little-endian XCDR1).
@@ -48,12 +64,8 @@ def parse_event_packet_cdr(raw: bytes) -> dict:
     and `events` is a zero-copy memoryview into `raw`. Returns a dict with stamp_ns, frame_id,
     height, width, seq, time_base, encoding, events. Raises ValueError for malformed bytes.
     """
-    if len(raw) < 4 or raw[1] != 1:
-        raise ValueError('not a little-endian CDR message')
-    body = memoryview(raw)[4:]  # alignment counts from after the encapsulation header
     try:
-        sec, nanosec = struct.unpack_from('<iI', body, 0)
-        frame_id, offset = _cdr_string(body, 8)
+        body, stamp_ns, frame_id, offset = _cdr_header(raw)
         offset = (offset + 3) & ~3
         height, width = struct.unpack_from('<II', body, offset)
         offset = (offset + 8 + 7) & ~7
@@ -67,7 +79,7 @@ def parse_event_packet_cdr(raw: bytes) -> dict:
     if start + size > len(body):
         raise ValueError(f'EventPacket says {size} event bytes but only {len(body) - start} '
                          'follow')
-    return {'stamp_ns': sec * 1_000_000_000 + nanosec, 'frame_id': frame_id,
+    return {'stamp_ns': stamp_ns, 'frame_id': frame_id,
             'height': height, 'width': width, 'seq': seq, 'time_base': time_base,
             'encoding': encoding, 'events': body[start:start + size]}
 
@@ -125,12 +137,8 @@ def parse_pointcloud2_cdr(raw: bytes) -> dict:
     memoryview into `raw` (what read_flow_cloud of stream/egomotion_stream.py takes). Raises
     ValueError for malformed bytes.
     """
-    if len(raw) < 4 or raw[1] != 1:
-        raise ValueError('not a little-endian CDR message')
-    body = memoryview(raw)[4:]  # alignment counts from after the encapsulation header
     try:
-        sec, nanosec = struct.unpack_from('<iI', body, 0)
-        frame_id, offset = _cdr_string(body, 8)
+        body, stamp_ns, frame_id, offset = _cdr_header(raw)
         offset = (offset + 3) & ~3
         height, width, num_fields = struct.unpack_from('<III', body, offset)
         offset += 12
@@ -154,7 +162,7 @@ def parse_pointcloud2_cdr(raw: bytes) -> dict:
     if start + size > len(body):
         raise ValueError(f'PointCloud2 says {size} data bytes but only {len(body) - start} '
                          'follow')
-    return {'stamp_ns': sec * 1_000_000_000 + nanosec, 'frame_id': frame_id,
+    return {'stamp_ns': stamp_ns, 'frame_id': frame_id,
             'height': height, 'width': width, 'fields': fields,
             'is_bigendian': is_bigendian, 'point_step': point_step, 'row_step': row_step,
             'data': body[start:start + size]}
@@ -167,15 +175,11 @@ def parse_imu_angular_velocity_cdr(raw: bytes):
     Returns (stamp_ns, (wx, wy, wz) [rad/s], angular_velocity_covariance[0]); the other fields
     are skipped unread. Raises ValueError for malformed bytes.
     """
-    if len(raw) < 4 or raw[1] != 1:
-        raise ValueError('not a little-endian CDR message')
-    body = memoryview(raw)[4:]
     try:
-        sec, nanosec = struct.unpack_from('<iI', body, 0)
-        _, offset = _cdr_string(body, 8)
+        body, stamp_ns, _, offset = _cdr_header(raw)
         # orientation (4 doubles) and orientation_covariance (9): 8-aligned doubles follow.
         offset = ((offset + 7) & ~7) + 8 * (4 + 9)
         wx, wy, wz, covariance0 = struct.unpack_from('<4d', body, offset)
     except struct.error as error:
         raise ValueError(f'truncated Imu ({len(raw)} bytes): {error}') from None
-    return sec * 1_000_000_000 + nanosec, (wx, wy, wz), covariance0
+    return stamp_ns, (wx, wy, wz), covariance0
