@@ -171,6 +171,25 @@ def _max(rows, key):
     return float(np.max(values)) if values else float('nan')
 
 
+def stop_node(node, timeout_s=10.0):
+    """SIGTERM the node process; SIGKILL it when it has not exited after timeout_s."""
+    node.terminate()
+    try:
+        node.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        node.kill()
+        node.wait()
+
+
+def wait_for_node(probe, node, timeout_s=30.0):
+    """Wait until the node process subscribes to the probe's ~/flow; raise if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while probe.flow_pub.get_subscription_count() == 0:
+        if time.monotonic() > deadline or node.poll() is not None:
+            raise RuntimeError(f'the node did not start: {node.stderr.read()}')
+        time.sleep(0.05)
+
+
 def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
     env = dict(os.environ)
     for name in FASTDDS_PROFILE_VARIABLES:
@@ -183,11 +202,7 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
     node = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while probe.flow_pub.get_subscription_count() == 0:
-            if time.monotonic() > deadline or node.poll() is not None:
-                raise RuntimeError(f'the node did not start: {node.stderr.read()}')
-            time.sleep(0.05)
+        wait_for_node(probe, node)
         from veckm_flow_ros.core.camera import CameraModel
         camera = CameraModel.from_yaml(camera_yaml)
         probe.reset()
@@ -229,12 +244,7 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
             'error_deg': float(np.median(errors)) if errors else float('nan'),
         }
     finally:
-        node.terminate()
-        try:
-            node.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        stop_node(node)
 
 
 def print_table(rows, idle_cpu: dict):

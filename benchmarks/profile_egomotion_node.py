@@ -100,11 +100,7 @@ def main(argv=None):
             node = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, text=True)
             try:
-                deadline = time.monotonic() + 30
-                while probe.flow_pub.get_subscription_count() == 0:
-                    if time.monotonic() > deadline or node.poll() is not None:
-                        raise RuntimeError(f'the node did not start: {node.stderr.read()}')
-                    time.sleep(0.05)
+                bench.wait_for_node(probe, node)
                 probe.reset()
                 start = {}
 
@@ -119,12 +115,7 @@ def main(argv=None):
                 names = json.loads(names_file.read_text()) if names_file.exists() else {}
                 twists = len(probe.twists)
             finally:
-                node.terminate()
-                try:
-                    node.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    node.kill()
-                    node.wait()
+                bench.stop_node(node)
     finally:
         probe.close()
         rclpy.shutdown()
