@@ -203,6 +203,18 @@ def test_contrast_range_scales_the_textures_and_leaves_the_rest_of_the_scene():
         scene(5, contrast_distribution='normal')
 
 
+def test_threshold_sigma_range_sets_the_sensor_spread_and_nothing_else():
+    default = simulate.make_scene('zoom', 'edges', seed=7, width=80, height=60)
+    wide = simulate.make_scene('zoom', 'edges', seed=7, width=80, height=60,
+                               threshold_sigma_range=(0.1, 0.1))
+    assert wide.sensor.threshold_sigma == pytest.approx(0.1)
+    assert 0.01 <= default.sensor.threshold_sigma <= 0.06
+    assert wide.sensor.threshold == default.sensor.threshold
+    np.testing.assert_array_equal(wide.layers[0].log_texture, default.layers[0].log_texture)
+    with pytest.raises(ValueError, match=r'threshold_sigma_range .* got \(0.2, 0.1\)'):
+        simulate.make_scene('zoom', 'edges', seed=7, threshold_sigma_range=(0.2, 0.1))
+
+
 def test_fine_texture_is_fine_grained_and_of_reduced_contrast():
     rng = np.random.default_rng(0)
     fine = simulate.make_texture('fine', 128, rng)

@@ -195,7 +195,7 @@ def test_older_recipes_keep_their_cache_names(tmp_path):
     assert 'spiral' in full2.motions and 'fine' in full2.textures
 
 
-def test_contrast_option_reaches_the_scenes_and_their_cache_names(tmp_path, capsys):
+def test_contrast_and_threshold_options_reach_the_scenes_and_their_cache_names(tmp_path, capsys):
     from veckm_flow_ros import cli
     path = tmp_path / 'sequences'
     recipe = dataclasses.replace(TINY, num_sequences=1)
@@ -211,6 +211,13 @@ def test_contrast_option_reaches_the_scenes_and_their_cache_names(tmp_path, caps
                      '--contrast-range', '0.5', '0.2']) != 0
     assert '--contrast-range must be 0.01 <= LOW <= HIGH <= 10 (log intensity), got 0.5 ' \
         '0.2' in capsys.readouterr().err
+    assert cli.main(['train', '--out', str(tmp_path / 'm.npz'), '--work-dir', str(tmp_path),
+                     '--threshold-sigma-range', '0.01', '0.9']) != 0
+    assert '--threshold-sigma-range must be 0 <= LOW <= HIGH <= 0.5 (log intensity), got ' \
+        '0.01 0.9' in capsys.readouterr().err
+    wide = dataclasses.replace(recipe, threshold_sigma_max=0.12)
+    train.training_sequence(wide, 0, path)
+    assert any(p.name.endswith('objects_sigma-0.01-0.12_0.npz') for p in path.iterdir())
 
 
 def test_inverse_density_weights_flatten_the_speed_histogram():

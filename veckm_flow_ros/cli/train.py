@@ -70,6 +70,10 @@ def register(subparsers):
                         default=None,
                         help='how the contrast is drawn in its range (default uniform; '
                              'log-uniform puts more scenes at low contrast)')
+    parser.add_argument('--threshold-sigma-range', type=float, nargs=2, default=None,
+                        metavar=('LOW', 'HIGH'),
+                        help='override the range of the per-pixel threshold spread of the '
+                             'random sensors [log intensity] (default 0.01 0.06)')
     parser.add_argument('--learning-rate', type=float, default=None,
                         help='override the peak learning rate (default 2e-3)')
     parser.add_argument('--threads', type=int, default=None,
@@ -135,6 +139,12 @@ def run(args):
                              f'intensity), got {low:g} {high:g}')
         overrides.update(contrast_min=low, contrast_max=high)
     override('contrast_distribution', args.contrast_distribution)
+    if args.threshold_sigma_range is not None:
+        low, high = args.threshold_sigma_range
+        if not 0 <= low <= high <= 0.5:
+            raise ValueError('--threshold-sigma-range must be 0 <= LOW <= HIGH <= 0.5 (log '
+                             f'intensity), got {low:g} {high:g}')
+        overrides.update(threshold_sigma_min=low, threshold_sigma_max=high)
     override('learning_rate', args.learning_rate, lambda v: 0 < v < 1,
              '--learning-rate must be in (0, 1)')
     override('noise_target_fraction', args.noise_target_fraction, lambda v: 0 <= v <= 1,

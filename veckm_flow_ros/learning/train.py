@@ -93,6 +93,10 @@ class Recipe:
     contrast_min: float = simulate.CONTRAST_RANGE[0]
     contrast_max: float = simulate.CONTRAST_RANGE[1]
     contrast_distribution: str = 'uniform'
+    # Spread (standard deviation) of the random sensors' per-pixel thresholds [log intensity],
+    # uniform in [threshold_sigma_min, threshold_sigma_max].
+    threshold_sigma_min: float = simulate.THRESHOLD_SIGMA_RANGE[0]
+    threshold_sigma_max: float = simulate.THRESHOLD_SIGMA_RANGE[1]
     # Feature bank.
     # An equivariant model gets the same loss for every rotated copy of a sample, so one
     # random symmetry per block (flips still teach a 'c4' model) and 4x the blocks instead.
@@ -155,7 +159,9 @@ _NEW_FIELD_DEFAULTS = {'speed_min_px_s': simulate.SPEED_RANGE_PX_S[0],
                        'speed_max_px_s': simulate.SPEED_RANGE_PX_S[1], 'init_model': '',
                        'scenes3d': 0, 'contrast_min': simulate.CONTRAST_RANGE[0],
                        'contrast_max': simulate.CONTRAST_RANGE[1],
-                       'contrast_distribution': 'uniform'}
+                       'contrast_distribution': 'uniform',
+                       'threshold_sigma_min': simulate.THRESHOLD_SIGMA_RANGE[0],
+                       'threshold_sigma_max': simulate.THRESHOLD_SIGMA_RANGE[1]}
 # First seed of the 3D training scenes (simulate3d.heldout_3d_specs uses 3,700,000 + i).
 TRAIN_3D_SEED = 5_000_000
 
@@ -225,6 +231,9 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
                            and recipe.contrast_distribution == 'uniform') else \
             f'contrast-{recipe.contrast_distribution}-{contrast_range[0]:g}-' \
             f'{contrast_range[1]:g}_'
+        sigma_range = (recipe.threshold_sigma_min, recipe.threshold_sigma_max)
+        if sigma_range != simulate.THRESHOLD_SIGMA_RANGE:
+            contrasts += f'sigma-{sigma_range[0]:g}-{sigma_range[1]:g}_'
         path = cache_dir / (f'train_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
                             f'{"-".join(recipe.textures)}_{"-".join(recipe.motions)}_{speeds}'
                             f'{contrasts}{seed}.npz')
@@ -234,7 +243,9 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
                                     height=recipe.height, textures=recipe.textures,
                                     motions=recipe.motions, speed_range_px_s=speed_range,
                                     contrast_range=contrast_range,
-                                    contrast_distribution=recipe.contrast_distribution)
+                                    contrast_distribution=recipe.contrast_distribution,
+                                    threshold_sigma_range=(recipe.threshold_sigma_min,
+                                                           recipe.threshold_sigma_max))
         return simulate.simulate(scene, recipe.duration_s, seed=seed)
     return _cached_sequence(path, simulate.load_npz, make, simulate.save_npz)
 
