@@ -22,7 +22,9 @@ Accuracy of the shipped models against the published weights and plane fitting.
    and averaged over sequences; the same on the events plane fitting covers; error vs speed
    plot. With --sets dense (or both), also the dense/hard set (evaluate.dense_sequences: fine
    band-limited noise at 100-700 events per pixel and second under fast translation, zoom-out
-   with rotation and affine motion, one 1280 x 720 scene; 1 Hz/px background noise).
+   with rotation and affine motion, one 1280 x 720 scene; 1 Hz/px background noise). With
+   --sets lowcontrast, the low-contrast set (evaluate.lowcontrast_sequences: the dense set's
+   DAVIS346 scenes at 0.3 and 0.5 contrast thresholds, 10-100 events per pixel and second).
 2. Confidence: metrics of the most confident fraction of the flows (rotation ensemble).
 3. Real recordings (../shared/data/recordings, no ground truth): share of events on which our
    flow and the published model's flow point into the same half-plane (n_ours . n_pub > 0)
@@ -147,11 +149,13 @@ def main(argv=None):
     parser.add_argument('--published-models', nargs='*', default=None, metavar='FOLDER',
                         help='published folders to score (names under --published; default: '
                              'the partners of --models)')
-    parser.add_argument('--sets', nargs='+', choices=('heldout', 'dense'),
+    parser.add_argument('--sets', nargs='+', choices=('heldout', 'dense', 'lowcontrast'),
                         default=['heldout'],
-                        help='synthetic sets to score: heldout (default) and/or dense')
+                        help='synthetic sets to score: heldout (default), dense, lowcontrast')
     parser.add_argument('--dense-duration-s', type=float, default=0.08,
                         help="duration of the dense set's 346 x 260 scenes (1280 x 720: half)")
+    parser.add_argument('--lowcontrast-duration-s', type=float, default=0.05,
+                        help="duration of the low-contrast set's scenes")
     parser.add_argument('--skip-real', action='store_true',
                         help='skip the real recordings')
     parser.add_argument('--no-planefit', action='store_true', help='skip plane fitting')
@@ -201,18 +205,26 @@ def main(argv=None):
                     for name, model in published.items()})
     if not args.no_planefit:
         methods['plane fit'] = evaluate.planefit_method()
-    if 'dense' in args.sets:
-        dense = evaluate.dense_sequences(args.dense_duration_s, args.dense_duration_s / 2)
-        _log(f'dense set: {len(dense)} sequences, {sum(len(s) for s in dense.values())} '
-             f'events ({time.perf_counter() - start:.0f} s to simulate)')
-        dense_report = evaluate.evaluate(methods, dense, log=_log)
-        _log('\ndense set\n' + dense_report.table())
-        results['dense'] = {
-            'pooled': dense_report.overall(), 'sequence_mean': dense_report.sequence_mean(),
+    synthetic = {
+        'dense': lambda: evaluate.dense_sequences(args.dense_duration_s,
+                                                  args.dense_duration_s / 2),
+        'lowcontrast': lambda: evaluate.lowcontrast_sequences(args.lowcontrast_duration_s)}
+    for set_name, simulate_set in synthetic.items():
+        if set_name not in args.sets:
+            continue
+        simulated = time.perf_counter()
+        sequences = simulate_set()
+        _log(f'{set_name} set: {len(sequences)} sequences, '
+             f'{sum(len(s) for s in sequences.values())} events '
+             f'({time.perf_counter() - simulated:.0f} s to simulate)')
+        set_report = evaluate.evaluate(methods, sequences, log=_log)
+        _log(f'\n{set_name} set\n' + set_report.table())
+        results[set_name] = {
+            'pooled': set_report.overall(), 'sequence_mean': set_report.sequence_mean(),
             'per_sequence': {name: acc.per_sequence()
-                             for name, acc in dense_report.accumulators.items()}}
-        _log('\n' + _per_sequence_table(dense_report))
-        del dense, dense_report
+                             for name, acc in set_report.accumulators.items()}}
+        _log('\n' + _per_sequence_table(set_report))
+        del sequences, set_report
     if 'heldout' not in args.sets:
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)

@@ -177,6 +177,44 @@ def test_spiral_is_zoom_with_rotation_and_speed_range_is_checked():
         simulate.make_scene('translation', 'noise', seed=4, speed_range_px_s=(100, 10))
 
 
+def test_contrast_range_scales_the_textures_and_leaves_the_rest_of_the_scene():
+    def scene(seed, **contrast):
+        return simulate.make_scene('translation', 'noise', seed=seed, width=80, height=60,
+                                   **contrast)
+    default = scene(5)
+    low = scene(5, contrast_range=(0.1, 0.1), contrast_distribution='log-uniform')
+    double = scene(5, contrast_range=(0.2, 0.2))
+    # One draw either way: same texture pattern, motion and sensor, other amplitude.
+    np.testing.assert_allclose(double.layers[0].log_texture, 2 * low.layers[0].log_texture,
+                               rtol=1e-5, atol=1e-7)
+    assert low.sensor == default.sensor
+    np.testing.assert_array_equal(low.layers[0].motion.velocity_px_s,
+                                  default.layers[0].motion.velocity_px_s)
+    ratio = np.std(default.layers[0].log_texture) / np.std(low.layers[0].log_texture)
+    assert 3 - 1e-3 <= ratio <= 15 + 1e-3  # default contrast 0.3..1.5, here 0.1
+    # Log-uniform puts more scenes at low contrast than uniform over the same range.
+    spread = {kind: np.median([np.std(scene(seed, contrast_range=(0.1, 1.5),
+                                            contrast_distribution=kind).layers[0].log_texture)
+                               for seed in range(24)]) for kind in ('uniform', 'log-uniform')}
+    assert spread['log-uniform'] < 0.7 * spread['uniform']
+    with pytest.raises(ValueError, match=r'contrast_range .* got \(0.5, 0.1\)'):
+        scene(5, contrast_range=(0.5, 0.1))
+    with pytest.raises(ValueError, match="unknown contrast_distribution 'normal'"):
+        scene(5, contrast_distribution='normal')
+
+
+def test_threshold_sigma_range_sets_the_sensor_spread_and_nothing_else():
+    default = simulate.make_scene('zoom', 'edges', seed=7, width=80, height=60)
+    wide = simulate.make_scene('zoom', 'edges', seed=7, width=80, height=60,
+                               threshold_sigma_range=(0.1, 0.1))
+    assert wide.sensor.threshold_sigma == pytest.approx(0.1)
+    assert 0.01 <= default.sensor.threshold_sigma <= 0.06
+    assert wide.sensor.threshold == default.sensor.threshold
+    np.testing.assert_array_equal(wide.layers[0].log_texture, default.layers[0].log_texture)
+    with pytest.raises(ValueError, match=r'threshold_sigma_range .* got \(0.2, 0.1\)'):
+        simulate.make_scene('zoom', 'edges', seed=7, threshold_sigma_range=(0.2, 0.1))
+
+
 def test_fine_texture_is_fine_grained_and_of_reduced_contrast():
     rng = np.random.default_rng(0)
     fine = simulate.make_texture('fine', 128, rng)

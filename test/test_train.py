@@ -195,6 +195,31 @@ def test_older_recipes_keep_their_cache_names(tmp_path):
     assert 'spiral' in full2.motions and 'fine' in full2.textures
 
 
+def test_contrast_and_threshold_options_reach_the_scenes_and_their_cache_names(tmp_path, capsys):
+    from veckm_flow_ros import cli
+    path = tmp_path / 'sequences'
+    recipe = dataclasses.replace(TINY, num_sequences=1)
+    low = dataclasses.replace(recipe, contrast_min=0.1, contrast_max=0.1,
+                              contrast_distribution='log-uniform')
+    default = train.training_sequence(recipe, 0, path)
+    faint = train.training_sequence(low, 0, path)
+    names = sorted(p.name.split('objects_')[1] for p in path.iterdir())
+    assert names == ['0.npz', 'contrast-log-uniform-0.1-0.1_0.npz']
+    # Same scene at a tenth or less of the contrast: far fewer events.
+    assert 0 < len(faint) < 0.5 * len(default)
+    assert cli.main(['train', '--out', str(tmp_path / 'm.npz'), '--work-dir', str(tmp_path),
+                     '--contrast-range', '0.5', '0.2']) != 0
+    assert '--contrast-range must be 0.01 <= LOW <= HIGH <= 10 (log intensity), got 0.5 ' \
+        '0.2' in capsys.readouterr().err
+    assert cli.main(['train', '--out', str(tmp_path / 'm.npz'), '--work-dir', str(tmp_path),
+                     '--threshold-sigma-range', '0.01', '0.9']) != 0
+    assert '--threshold-sigma-range must be 0 <= LOW <= HIGH <= 0.5 (log intensity), got ' \
+        '0.01 0.9' in capsys.readouterr().err
+    wide = dataclasses.replace(recipe, threshold_sigma_max=0.12)
+    train.training_sequence(wide, 0, path)
+    assert any(p.name.endswith('objects_sigma-0.01-0.12_0.npz') for p in path.iterdir())
+
+
 def test_inverse_density_weights_flatten_the_speed_histogram():
     speeds = np.concatenate([np.full(700, 10.0), np.full(300, 1000.0)])
     flow = np.stack([speeds, np.zeros_like(speeds)], 1)

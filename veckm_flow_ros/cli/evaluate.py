@@ -21,6 +21,9 @@ node and of replay); scoring, the baseline and the plot come from veckm_flow_ros
 and metrics.py: %Pos, PEE in px/s, relative PEE and coverage, per sequence, pooled over all
 events and averaged over sequences.
 
+`--set heldout|dense|lowcontrast` adds a simulated evaluation set of offline/evaluate.py
+(simulated for --duration seconds when given).
+
 Recorded bags (no ground truth) are accepted too: they get the warp score of
 offline/warp_score.py (contrast of the events warped along their flows), printed for every
 sequence when any SEQ is a bag or with --warp-score.
@@ -31,6 +34,7 @@ import pathlib
 from veckm_flow_ros.cli import HelpFormatter
 
 BASELINES = {'planefit': 'plane fit'}
+SETS = ('heldout', 'dense', 'lowcontrast')
 # The warp score's defaults, repeated here so that --help needs no numpy import.
 DEFAULT_WINDOW_S = 0.050
 DEFAULT_MIN_EVENTS = 1000
@@ -47,11 +51,16 @@ def register(subparsers):
                     'the contrast of the unwarped events (> 1: the flows explain the motion), '
                     'for flows scaled by s (best s != 1: a magnitude bias).',
         formatter_class=HelpFormatter)
-    parser.add_argument('sequences', nargs='+', metavar='SEQ',
+    parser.add_argument('sequences', nargs='*', metavar='SEQ',
                         help='simulator .npz file, EVIMO2-style directory or ROS 2 bag (folder '
                              'with metadata.yaml, or a .db3/.mcap file); event times must '
                              'be finite and sorted (unsorted times are refused, naming the '
                              'first out-of-order event, never sorted)')
+    parser.add_argument('--set', action='append', default=[], choices=SETS, dest='sets',
+                        help='also score a simulated set with ground truth: heldout '
+                             '(unseen textures and motions), dense (fine texture, many '
+                             'events per pixel), lowcontrast (the same at 0.3-0.5 contrast '
+                             'thresholds); repeatable')
     parser.add_argument('--model', default=None,
                         help='model: shipped name, .npz checkpoint or published folder '
                              '(default: the shipped default model)')
@@ -93,6 +102,16 @@ def first_seconds(sequence, duration_s):
     return sequence[:end]
 
 
+def simulate_set(name, duration_s=None):
+    """Simulate the set `name` (SETS) of offline/evaluate.py, of duration_s when given."""
+    from veckm_flow_ros.offline import evaluate
+    if name == 'heldout':
+        return evaluate.heldout_sequences(**({'duration_s': duration_s} if duration_s else {}))
+    if name == 'dense':
+        return evaluate.dense_sequences(*((duration_s, duration_s / 2) if duration_s else ()))
+    return evaluate.lowcontrast_sequences(*((duration_s,) if duration_s else ()))
+
+
 def run(args) -> int:
     from veckm_flow_ros.core.metrics import format_table
     from veckm_flow_ros.core.model import load_model
@@ -107,9 +126,18 @@ def run(args) -> int:
         raise ValueError(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if args.warp_min_events < 1:
         raise ValueError(f'--warp-min-events must be >= 1, got {args.warp_min_events}')
+    if not args.sequences and not args.sets:
+        raise ValueError('nothing to evaluate: give sequence paths (SEQ) or --set '
+                         f'{"|".join(SETS)}')
     model = load_model(args.model)
     others = [load_model(path) for path in args.compare_model]
     sequences = {}
+    for set_name in dict.fromkeys(args.sets):
+        print(f'simulating the {set_name} set ...', flush=True)
+        for name, sequence in simulate_set(set_name, args.duration).items():
+            sequences[f'{set_name}/{name}'] = sequence
+            print(f'{set_name}/{name}: {len(sequence):,} events, '
+                  f'{sequence.width}x{sequence.height}')
     for path, name in zip(args.sequences, _unique_names(args.sequences)):
         sequences[name] = first_seconds(evaluate.load_recording(path), args.duration)
         sequence = sequences[name]

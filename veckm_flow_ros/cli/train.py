@@ -62,6 +62,18 @@ def register(subparsers):
     parser.add_argument('--max-speed-px-s', type=float, default=None,
                         help='override the highest typical scene speed (log-uniform from '
                              '30 px/s; quick and full: 1500, full2: 3000)')
+    parser.add_argument('--contrast-range', type=float, nargs=2, default=None,
+                        metavar=('LOW', 'HIGH'),
+                        help='override the texture contrast range of the scenes [log '
+                             'intensity] (default 0.3 1.5)')
+    parser.add_argument('--contrast-distribution', choices=('uniform', 'log-uniform'),
+                        default=None,
+                        help='how the contrast is drawn in its range (default uniform; '
+                             'log-uniform puts more scenes at low contrast)')
+    parser.add_argument('--threshold-sigma-range', type=float, nargs=2, default=None,
+                        metavar=('LOW', 'HIGH'),
+                        help='override the range of the per-pixel threshold spread of the '
+                             'random sensors [log intensity] (default 0.01 0.06)')
     parser.add_argument('--learning-rate', type=float, default=None,
                         help='override the peak learning rate (default 2e-3)')
     parser.add_argument('--threads', type=int, default=None,
@@ -120,6 +132,19 @@ def run(args):
         overrides['init_model'] = args.init_model
     override('speed_max_px_s', args.max_speed_px_s, lambda v: 30 <= v <= 20000,
              '--max-speed-px-s must be in [30, 20000] px/s')
+    if args.contrast_range is not None:
+        low, high = args.contrast_range
+        if not 0.01 <= low <= high <= 10:
+            raise ValueError('--contrast-range must be 0.01 <= LOW <= HIGH <= 10 (log '
+                             f'intensity), got {low:g} {high:g}')
+        overrides.update(contrast_min=low, contrast_max=high)
+    override('contrast_distribution', args.contrast_distribution)
+    if args.threshold_sigma_range is not None:
+        low, high = args.threshold_sigma_range
+        if not 0 <= low <= high <= 0.5:
+            raise ValueError('--threshold-sigma-range must be 0 <= LOW <= HIGH <= 0.5 (log '
+                             f'intensity), got {low:g} {high:g}')
+        overrides.update(threshold_sigma_min=low, threshold_sigma_max=high)
     override('learning_rate', args.learning_rate, lambda v: 0 < v < 1,
              '--learning-rate must be in (0, 1)')
     override('noise_target_fraction', args.noise_target_fraction, lambda v: 0 <= v <= 1,

@@ -62,6 +62,13 @@ DENSE_TEXTURES = ('fine',)
 DENSE_MOTIONS = ('spiral',)
 # Typical image speed of a random scene [px/s] (log-uniform), unless make_scene is told.
 SPEED_RANGE_PX_S = (30.0, 1500.0)
+# Contrast of a random scene's textures [log intensity per unit texture amplitude], drawn per
+# layer uniformly in this range unless make_scene is told otherwise ('fine' keeps a further
+# 15..50 % of it).
+CONTRAST_RANGE = (0.3, 1.5)
+CONTRAST_DISTRIBUTIONS = ('uniform', 'log-uniform')
+# Spread of a random scene's per-pixel thresholds [log intensity] (uniform), unless told.
+THRESHOLD_SIGMA_RANGE = (0.01, 0.06)
 
 # A layer owns a pixel (and its events) as soon as it covers any of it: the intensity of
 # a pixel that an object boundary touches changes because of that boundary.
@@ -416,15 +423,28 @@ def _background_motion(kind, rng, width, height, speed_px_s):
 
 def make_scene(motion='translation', texture='noise', seed=0, width=346, height=260,
                speed_px_s=None, sensor=None, textures=None, motions=None,
-               speed_range_px_s=SPEED_RANGE_PX_S):
+               speed_range_px_s=SPEED_RANGE_PX_S, contrast_range=CONTRAST_RANGE,
+               contrast_distribution='uniform', threshold_sigma_range=THRESHOLD_SIGMA_RANGE):
     """
     Build a random scene.
 
     motion: one of MOTIONS or 'random'; texture: one of TEXTURES or 'random' (drawn from
     `textures`, default all); speed_px_s: typical image speed (default log-uniform in
     speed_range_px_s, 30..1500); sensor: SensorConfig (default: randomised thresholds,
-    refractory and noise).
+    refractory and noise). Each layer's texture contrast [log intensity] is drawn from
+    contrast_range, 'uniform' or 'log-uniform' (contrast_distribution); either takes one draw
+    of the random stream, so the rest of the scene does not change with them; so does the
+    random sensor's threshold spread, uniform in threshold_sigma_range.
     """
+    low_contrast, high_contrast = contrast_range
+    if not 0 < low_contrast <= high_contrast:
+        raise ValueError(f'contrast_range must be 0 < low <= high, got {contrast_range}')
+    if contrast_distribution not in CONTRAST_DISTRIBUTIONS:
+        raise ValueError(f'unknown contrast_distribution {contrast_distribution!r}; choose '
+                         f'one of {", ".join(CONTRAST_DISTRIBUTIONS)}')
+    if not 0 <= threshold_sigma_range[0] <= threshold_sigma_range[1]:
+        raise ValueError('threshold_sigma_range must be 0 <= low <= high, got '
+                         f'{threshold_sigma_range}')
     rng = np.random.default_rng(seed)
     textures = tuple(textures or TEXTURES)
     motions = tuple(motions or MOTIONS)
@@ -437,7 +457,7 @@ def make_scene(motion='translation', texture='noise', seed=0, width=346, height=
         speed_px_s = _log_uniform(rng, low, high)
     if sensor is None:
         sensor = SensorConfig(threshold=rng.uniform(0.15, 0.45),
-                              threshold_sigma=rng.uniform(0.01, 0.06),
+                              threshold_sigma=rng.uniform(*threshold_sigma_range),
                               refractory_s=rng.uniform(0.0, 5e-4),
                               noise_rate_hz_per_px=_log_uniform(rng, 0.02, 2.0))
 
@@ -445,7 +465,9 @@ def make_scene(motion='translation', texture='noise', seed=0, width=346, height=
         return str(rng.choice(textures)) if texture == 'random' else texture
 
     def contrast():
-        return rng.uniform(0.3, 1.5)
+        if contrast_distribution == 'log-uniform':
+            return _log_uniform(rng, low_contrast, high_contrast)
+        return rng.uniform(low_contrast, high_contrast)
 
     size = int(2 ** math.ceil(math.log2(max(width, height) * 1.5)))
     origin = np.array([width / 2 - size / 2, height / 2 - size / 2])

@@ -87,6 +87,16 @@ class Recipe:
     # Typical image speed of a scene, log-uniform in [speed_min_px_s, speed_max_px_s].
     speed_min_px_s: float = simulate.SPEED_RANGE_PX_S[0]
     speed_max_px_s: float = simulate.SPEED_RANGE_PX_S[1]
+    # Texture contrast of a layer [log intensity], drawn in [contrast_min, contrast_max],
+    # 'uniform' or 'log-uniform' (contrast_distribution); low contrast makes sparse, noisy
+    # edges of fine texture (model card, "Low-contrast fine texture").
+    contrast_min: float = simulate.CONTRAST_RANGE[0]
+    contrast_max: float = simulate.CONTRAST_RANGE[1]
+    contrast_distribution: str = 'uniform'
+    # Spread (standard deviation) of the random sensors' per-pixel thresholds [log intensity],
+    # uniform in [threshold_sigma_min, threshold_sigma_max].
+    threshold_sigma_min: float = simulate.THRESHOLD_SIGMA_RANGE[0]
+    threshold_sigma_max: float = simulate.THRESHOLD_SIGMA_RANGE[1]
     # Feature bank.
     # An equivariant model gets the same loss for every rotated copy of a sample, so one
     # random symmetry per block (flips still teach a 'c4' model) and 4x the blocks instead.
@@ -147,7 +157,11 @@ RECIPES = {'quick': {}, 'full': FULL_RECIPE, 'full2': FULL2_RECIPE}
 # older recipes keep their cached sequences and banks.
 _NEW_FIELD_DEFAULTS = {'speed_min_px_s': simulate.SPEED_RANGE_PX_S[0],
                        'speed_max_px_s': simulate.SPEED_RANGE_PX_S[1], 'init_model': '',
-                       'scenes3d': 0}
+                       'scenes3d': 0, 'contrast_min': simulate.CONTRAST_RANGE[0],
+                       'contrast_max': simulate.CONTRAST_RANGE[1],
+                       'contrast_distribution': 'uniform',
+                       'threshold_sigma_min': simulate.THRESHOLD_SIGMA_RANGE[0],
+                       'threshold_sigma_max': simulate.THRESHOLD_SIGMA_RANGE[1]}
 # First seed of the 3D training scenes (simulate3d.heldout_3d_specs uses 3,700,000 + i).
 TRAIN_3D_SEED = 5_000_000
 
@@ -208,18 +222,30 @@ def training_sequence(recipe: Recipe, index: int, cache_dir: Optional[pathlib.Pa
         return _training_sequence3d(recipe, index - recipe.num_sequences, cache_dir)
     seed = recipe.seed * 100003 + index
     speed_range = (recipe.speed_min_px_s, recipe.speed_max_px_s)
+    contrast_range = (recipe.contrast_min, recipe.contrast_max)
     path = None
     if cache_dir is not None:
         speeds = '' if speed_range == simulate.SPEED_RANGE_PX_S else \
             f'{speed_range[0]:g}-{speed_range[1]:g}px_s_'
+        contrasts = '' if (contrast_range == simulate.CONTRAST_RANGE
+                           and recipe.contrast_distribution == 'uniform') else \
+            f'contrast-{recipe.contrast_distribution}-{contrast_range[0]:g}-' \
+            f'{contrast_range[1]:g}_'
+        sigma_range = (recipe.threshold_sigma_min, recipe.threshold_sigma_max)
+        if sigma_range != simulate.THRESHOLD_SIGMA_RANGE:
+            contrasts += f'sigma-{sigma_range[0]:g}-{sigma_range[1]:g}_'
         path = cache_dir / (f'train_{recipe.width}x{recipe.height}_{recipe.duration_s}s_'
                             f'{"-".join(recipe.textures)}_{"-".join(recipe.motions)}_{speeds}'
-                            f'{seed}.npz')
+                            f'{contrasts}{seed}.npz')
 
     def make():
         scene = simulate.make_scene('random', 'random', seed=seed, width=recipe.width,
                                     height=recipe.height, textures=recipe.textures,
-                                    motions=recipe.motions, speed_range_px_s=speed_range)
+                                    motions=recipe.motions, speed_range_px_s=speed_range,
+                                    contrast_range=contrast_range,
+                                    contrast_distribution=recipe.contrast_distribution,
+                                    threshold_sigma_range=(recipe.threshold_sigma_min,
+                                                           recipe.threshold_sigma_max))
         return simulate.simulate(scene, recipe.duration_s, seed=seed)
     return _cached_sequence(path, simulate.load_npz, make, simulate.save_npz)
 
