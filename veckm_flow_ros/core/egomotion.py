@@ -399,9 +399,6 @@ class EgomotionEstimator:
         jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
         k2 = camera.K[:2, :2]
         mt = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
-        # float32 (1e-7 relative, far below any flow error): half the cache it takes.
-        self._pixel_map = np.concatenate([x.reshape(-1, 1), y.reshape(-1, 1), mt],
-                                         axis=1).astype(np.float32)
         # Per pixel: its depth cell (cells_x * cells_y where the pixel has no normalized
         # coordinates) and its time-to-contact region.
         config = self.config
@@ -409,11 +406,18 @@ class EgomotionEstimator:
         self._num_cells = cols * -(-camera.height // config.cell_px)
         yi, xi = np.divmod(np.arange(camera.width * camera.height), camera.width)
         valid = np.isfinite(x.reshape(-1)) & np.isfinite(y.reshape(-1))
-        self._cell_map = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
-                                  self._num_cells).astype(np.int32)
+        cell = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
+                        self._num_cells)
         rows_ttc, cols_ttc = config.ttc_grid
-        self._region_map = (((yi * rows_ttc) // camera.height) * cols_ttc + (
-            (xi * cols_ttc) // camera.width)).astype(np.int16)
+        region = ((yi * rows_ttc) // camera.height) * cols_ttc + (xi * cols_ttc) // camera.width
+        # One row of 8 float32 per pixel (32 bytes, two per cache line): x, y, M^T, cell,
+        # region. A paced window starts with cold caches, and one gather of a row costs about
+        # one cache miss where three tables cost three. float32: 1e-7 relative, far below any
+        # flow error; the indices are exact (below 2^24: cell_px >= 2 and at most 64 x 64
+        # regions).
+        self._pixel_map = np.concatenate(
+            [x.reshape(-1, 1), y.reshape(-1, 1), mt, cell[:, None], region[:, None]],
+            axis=1).astype(np.float32)
         # Per region: itself and its 8 neighbours (rows * cols where outside the grid) and
         # their weights in its time to contact.
         row, col = np.divmod(np.arange(rows_ttc * cols_ttc), cols_ttc)
@@ -521,7 +525,9 @@ class EgomotionEstimator:
             return None
         # (np.take: gathers much faster than fancy indexing)
         pixel = np.take(y * width + x, index).astype(np.int64)
-        maps = np.take(self._pixel_map, pixel, axis=0).astype(np.float64)  # x, y, M^T (N, 6)
+        maps = np.take(self._pixel_map, pixel, axis=0)  # x, y, M^T, cell, region (N, 8)
+        cell_region = maps[:, 6:].astype(np.intp)
+        maps = maps[:, :6].astype(np.float64)
         speed = np.take(speed, index)
         nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
         nx = maps[:, 2] * nx_px + maps[:, 3] * ny_px
@@ -531,7 +537,7 @@ class EgomotionEstimator:
         # Cells with too few flows tell nothing about depth: leave their flows out. Flows
         # without normalized coordinates or magnitude go to one more cell, never used.
         num_cells = self._num_cells
-        cell = np.where(np.isfinite(m), np.take(self._cell_map, pixel), num_cells)
+        cell = np.where(np.isfinite(m), cell_region[:, 0], num_cells)
         counts = np.bincount(cell, minlength=num_cells + 1)
         present = counts >= config.min_cell_flows
         present[num_cells] = False
@@ -571,7 +577,7 @@ class EgomotionEstimator:
         np.multiply(nx, py, out=ag[5])
         ag[5] -= ny * px
         a, g = ag[:3], ag[3:]                                            # (3, N) each
-        region = np.take(self._region_map, np.take(pixel, order))
+        region = np.take(cell_region[:, 1], order)
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     # ---- with a gyroscope -----------------------------------------------------------------
