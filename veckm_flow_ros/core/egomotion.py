@@ -346,6 +346,13 @@ class _Window:
     def __len__(self):
         return len(self.m)
 
+    def input_positions(self):
+        """Return the flows' positions (N,) in input order: argsort(input_order), by a scatter."""
+        order = self.input_order
+        rank = np.full(int(order.max()) + 1, -1, np.intp)
+        rank[order] = np.arange(len(order))
+        return rank[rank >= 0]
+
     def cell_sums(self, table, weight):
         """Per-cell sums (C, k) of table (k, N) times weight (N,)."""
         return np.add.reduceat(table * weight, self.starts, axis=1).T
@@ -609,7 +616,7 @@ class EgomotionEstimator:
             trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
             signed = window.weight * window.robust * trust * np.sign(r)
             # At most sign_flows flows (evenly spread in input order): the vote needs no more.
-            pick = np.argsort(window.input_order)[::-(-len(r) // config.sign_flows)]
+            pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
             # float32: the vote only picks a start that the least squares refine.
             a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
             signed_sign = np.take(signed, pick).astype(np.float32)
