@@ -314,7 +314,8 @@ _WARM_SAME_DEG = 5.0
 
 # A warm-started window takes this many Huber rounds fewer than robust_iterations (at least 0)
 # and its sign vote this many local rounds fewer (at least 1): it starts near the answer
-# (benchmarks/RESULTS.md, "Egomotion": as accurate, 8-10 % less CPU per window).
+# (benchmarks/RESULTS.md, "Egomotion": as accurate on the held-out set, ~0.2-0.4 ms less
+# CPU per paced window).
 _WARM_ROUNDS_LESS = 1
 
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
