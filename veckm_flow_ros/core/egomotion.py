@@ -312,6 +312,12 @@ _SAME_BASIN_DEG = 1.0
 # fit ends within this angle of the previous window's direction [deg].
 _WARM_SAME_DEG = 5.0
 
+# A warm-started window takes this many Huber rounds fewer than robust_iterations (at least 0)
+# and its sign vote this many local rounds fewer (at least 1): it starts near the answer
+# (benchmarks/RESULTS.md, "Egomotion": as accurate on the held-out set, ~0.2-0.4 ms less
+# CPU per paced window).
+_WARM_ROUNDS_LESS = 1
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -345,6 +351,13 @@ class _Window:
 
     def __len__(self):
         return len(self.m)
+
+    def input_positions(self):
+        """Return the flows' positions (N,) in input order: argsort(input_order), by a scatter."""
+        order = self.input_order
+        rank = np.full(int(order.max()) + 1, -1, np.intp)
+        rank[order] = np.arange(len(order))
+        return rank[rank >= 0]
 
     def cell_sums(self, table, weight):
         """Per-cell sums (C, k) of table (k, N) times weight (N,)."""
@@ -399,9 +412,6 @@ class EgomotionEstimator:
         jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
         k2 = camera.K[:2, :2]
         mt = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
-        # float32 (1e-7 relative, far below any flow error): half the cache it takes.
-        self._pixel_map = np.concatenate([x.reshape(-1, 1), y.reshape(-1, 1), mt],
-                                         axis=1).astype(np.float32)
         # Per pixel: its depth cell (cells_x * cells_y where the pixel has no normalized
         # coordinates) and its time-to-contact region.
         config = self.config
@@ -409,11 +419,18 @@ class EgomotionEstimator:
         self._num_cells = cols * -(-camera.height // config.cell_px)
         yi, xi = np.divmod(np.arange(camera.width * camera.height), camera.width)
         valid = np.isfinite(x.reshape(-1)) & np.isfinite(y.reshape(-1))
-        self._cell_map = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
-                                  self._num_cells).astype(np.int32)
+        cell = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
+                        self._num_cells)
         rows_ttc, cols_ttc = config.ttc_grid
-        self._region_map = (((yi * rows_ttc) // camera.height) * cols_ttc + (
-            (xi * cols_ttc) // camera.width)).astype(np.int16)
+        region = ((yi * rows_ttc) // camera.height) * cols_ttc + (xi * cols_ttc) // camera.width
+        # One row of 8 float32 per pixel (32 bytes, two per cache line): x, y, M^T, cell,
+        # region. A paced window starts with cold caches, and one gather of a row costs about
+        # one cache miss where three tables cost three. float32: 1e-7 relative, far below any
+        # flow error; the indices are exact (below 2^24: cell_px >= 2 and at most 64 x 64
+        # regions).
+        self._pixel_map = np.concatenate(
+            [x.reshape(-1, 1), y.reshape(-1, 1), mt, cell[:, None], region[:, None]],
+            axis=1).astype(np.float32)
         # Per region: itself and its 8 neighbours (rows * cols where outside the grid) and
         # their weights in its time to contact.
         row, col = np.divmod(np.arange(rows_ttc * cols_ttc), cols_ttc)
@@ -521,7 +538,9 @@ class EgomotionEstimator:
             return None
         # (np.take: gathers much faster than fancy indexing)
         pixel = np.take(y * width + x, index).astype(np.int64)
-        maps = np.take(self._pixel_map, pixel, axis=0).astype(np.float64)  # x, y, M^T (N, 6)
+        maps = np.take(self._pixel_map, pixel, axis=0)  # x, y, M^T, cell, region (N, 8)
+        cell_region = maps[:, 6:].astype(np.intp)
+        maps = maps[:, :6].astype(np.float64)
         speed = np.take(speed, index)
         nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
         nx = maps[:, 2] * nx_px + maps[:, 3] * ny_px
@@ -531,7 +550,7 @@ class EgomotionEstimator:
         # Cells with too few flows tell nothing about depth: leave their flows out. Flows
         # without normalized coordinates or magnitude go to one more cell, never used.
         num_cells = self._num_cells
-        cell = np.where(np.isfinite(m), np.take(self._cell_map, pixel), num_cells)
+        cell = np.where(np.isfinite(m), cell_region[:, 0], num_cells)
         counts = np.bincount(cell, minlength=num_cells + 1)
         present = counts >= config.min_cell_flows
         present[num_cells] = False
@@ -571,7 +590,7 @@ class EgomotionEstimator:
         np.multiply(nx, py, out=ag[5])
         ag[5] -= ny * px
         a, g = ag[:3], ag[3:]                                            # (3, N) each
-        region = np.take(self._region_map, np.take(pixel, order))
+        region = np.take(cell_region[:, 1], order)
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     # ---- with a gyroscope -----------------------------------------------------------------
@@ -603,18 +622,22 @@ class EgomotionEstimator:
             trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
             signed = window.weight * window.robust * trust * np.sign(r)
             # At most sign_flows flows (evenly spread in input order): the vote needs no more.
-            pick = np.argsort(window.input_order)[::-(-len(r) // config.sign_flows)]
+            pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
             # float32: the vote only picks a start that the least squares refine.
             a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
             signed_sign = np.take(signed, pick).astype(np.float32)
             direction = self._search(
                 lambda dirs, mirror=False: self._cost_sign(
                     a_sign, signed_sign, dirs.astype(np.float32), mirror),
-                previous if warm else None, coarse=not warm, final=False, scale_free=False)
+                previous if warm else None, coarse=not warm, final=False, scale_free=False,
+                fewer=_WARM_ROUNDS_LESS if warm else 0)
             coarse_rounds = -1
         robust = window.robust
+        robust_iterations = config.robust_iterations
+        if warm:
+            robust_iterations = max(0, robust_iterations - _WARM_ROUNDS_LESS)
         direction, stats, first = self._fit_known(window, r, table, start_stats, direction,
-                                                  coarse_rounds)
+                                                  coarse_rounds, robust_iterations)
         if warm and float(direction @ previous) >= math.cos(math.radians(_WARM_SAME_DEG)):
             pass  # the fit stayed near the previous direction: no global check
         elif config.sign_start:
@@ -625,7 +648,7 @@ class EgomotionEstimator:
             local_robust = window.robust
             window.robust = robust
             other, other_stats, _ = self._fit_known(window, r, table, start_stats, None, 1,
-                                                    first)
+                                                    config.robust_iterations, first)
             if other is None:
                 window.robust = local_robust
             elif self._cost_sign(window.a, signed, other[None])[0] <= self._cost_sign(
@@ -637,17 +660,18 @@ class EgomotionEstimator:
         return direction, omega.copy(), fit
 
     def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds,
-                   known_first=None):
+                   robust_iterations, known_first=None):
         """
         Least-squares direction for derotated flows r with Huber rounds: (d, stats, first).
 
+        robust_iterations: the Huber rounds (config.robust_iterations, or fewer when warm).
         table: the per-flow products of _solve_gyro; start_stats: its cell sums with the
         current Huber weights; first: the direction of the first search (before any Huber
         round). known_first: another fit's first direction; when this fit's first search
         ends within _SAME_BASIN_DEG of it, returns (None, None, None) at once.
         """
         stats = start_stats
-        last = self.config.robust_iterations
+        last = robust_iterations
         first = None
         for iteration in range(last + 1):
             if iteration:
@@ -791,7 +815,8 @@ class EgomotionEstimator:
 
     # ---- shared ---------------------------------------------------------------------------
 
-    def _search(self, cost, direction, coarse, final=True, scale_free=True, companion=None):
+    def _search(self, cost, direction, coarse, final=True, scale_free=True, companion=None,
+                fewer=0):
         """
         Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
@@ -804,7 +829,7 @@ class EgomotionEstimator:
         cost(d) for c > 0 (the least-squares costs), so the grid needs no normalising.
         companion: returns (K, k) values that came with the last cost call (omega); then
         return (direction, its value: at the best point, or quadratic through its
-        neighbours; None without rounds).
+        neighbours; None without rounds). fewer: this many rounds fewer (at least 1).
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
@@ -828,6 +853,8 @@ class EgomotionEstimator:
         elif levels:
             ratio = self._coarse_step_rad / step * 3.0 ** -max(1, levels - 1)  # target/start
             rounds = max(1, math.ceil(-math.log(ratio) / math.log(3.0) - 1e-9))
+        if rounds:
+            rounds = max(1, rounds - fewer)
         for _ in range(rounds):
             center, basis = direction, _tangent_basis(direction)
             dirs = center + (step * _PATTERN) @ basis
