@@ -60,9 +60,9 @@ def register(subparsers):
 def run(args) -> int:
     from tqdm import tqdm
 
-    from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.eventio.npz import load_events, npz_path
+    from veckm_flow_ros.stream.pipeline import node_default_estimator
     events, width, height, unit = load_events(args.events)
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
@@ -74,11 +74,10 @@ def run(args) -> int:
     print(f'predict: {len(events)} events, t as {unit}, sensor {width}x{height}, '
           f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), '
           f'device {args.device}', file=sys.stderr)
-    estimator = NormalFlowEstimator(model, width, height, device=args.device,
-                                    block_s=automatic_block_s(model.tau_s, args.causal),
-                                    causal=args.causal, target_stride=args.stride,
-                                    max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS),
-                                    min_validity=args.min_validity)
+    estimator = node_default_estimator(model, width, height, device=args.device,
+                                       causal=args.causal, target_stride=args.stride,
+                                       max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS),
+                                       min_validity=args.min_validity)
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
               disable=len(events) < 2 * CHUNK_EVENTS) as progress:
         flows = estimator.estimate_all(events, CHUNK_EVENTS, progress.update)

@@ -65,25 +65,10 @@ def load_gyro_npz(path):
     return t, np.stack(columns[1:], axis=1)
 
 
-def flow_node_estimator(model, width, height, **options):
-    """
-    Return a NormalFlowEstimator with the flow node's defaults unless `options` say otherwise.
-
-    The node's defaults: the automatic block (estimator.automatic_block_s: 2 tau centred, tau
-    causal) and the node's `min_validity` (stream/parameters.py), so the flows are the ones
-    the node would publish on ~/flow and the egomotion node would receive.
-    """
-    from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
-    from veckm_flow_ros.stream.parameters import parameter_default
-    options.setdefault('min_validity', parameter_default('min_validity'))
-    options.setdefault('block_s', automatic_block_s(model.tau_s, options.get('causal', False)))
-    return NormalFlowEstimator(model, width, height, **options)
-
-
 def flows_from_events(events, width, height, model=None, progress=True, target_stride=1,
                       confidence=False):
     """
-    Compute the normal flow of events as the flow node publishes it (flow_node_estimator).
+    Compute the normal flow of events as the flow node publishes it (node_default_estimator).
 
     target_stride: flow of every k-th event only (the context still uses all events);
     confidence: also the flow estimator's per-flow confidence (rotation ensemble, ~4x the
@@ -93,10 +78,11 @@ def flows_from_events(events, width, height, model=None, progress=True, target_s
     from tqdm import tqdm
 
     from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.stream.pipeline import node_default_estimator
     model = model if model is not None and not isinstance(model, str) else load_model(model)
-    estimator = flow_node_estimator(model, width, height, target_stride=target_stride,
-                                    confidence=confidence,
-                                    max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS))
+    estimator = node_default_estimator(model, width, height, target_stride=target_stride,
+                                       confidence=confidence,
+                                       max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS))
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
               disable=not progress, desc='flow') as bar:
         flows = estimator.estimate_all(events, CHUNK_EVENTS, bar.update)

@@ -287,7 +287,7 @@ def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=
     onto the flow's direction, 'relative' the median |m - m_exact| / |m_exact|.
 
     flow 'estimated': the normal flow the flow node would publish (its automatic block and
-    min_validity: egomotion.flow_node_estimator); 'exact': the simulator's exact
+    min_validity: stream.pipeline.node_default_estimator); 'exact': the simulator's exact
     optical flow projected onto the flow estimator's normal directions (exact magnitudes,
     realistic directions; noise events left out), which isolates the egomotion estimator.
     """
@@ -295,11 +295,12 @@ def sequence_flows(sequence, flow='estimated', model=None, stride=1, confidence=
         raise ValueError(f'flow must be "estimated" or "exact", got {flow!r}')
     from veckm_flow_ros.core.estimator import FlowBlock
     from veckm_flow_ros.core.model import load_model
+    from veckm_flow_ros.stream.pipeline import node_default_estimator
     from tqdm import tqdm
     model = model if model is not None and not isinstance(model, str) else load_model(model)
-    estimator = egomotion.flow_node_estimator(model, sequence.width, sequence.height,
-                                              target_stride=stride, confidence=confidence,
-                                              max_buffered_events=4_000_000)
+    estimator = node_default_estimator(model, sequence.width, sequence.height,
+                                       target_stride=stride, confidence=confidence,
+                                       max_buffered_events=4_000_000)
     events = sequence.events
     blocks = []
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,

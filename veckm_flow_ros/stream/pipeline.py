@@ -149,6 +149,20 @@ def estimated_events(encoding: str, payload_bytes: int) -> int:
     return max(payload_bytes // BYTES_PER_EVENT.get(encoding, 2), 1)
 
 
+def node_default_estimator(model, width: int, height: int, **options) -> NormalFlowEstimator:
+    """
+    Return a NormalFlowEstimator with the node's defaults unless `options` say otherwise.
+
+    The node's defaults: the automatic block (automatic_block_s: 2 tau centred, tau causal)
+    and the `min_validity` of stream/parameters.py, so the flows are the ones the node would
+    publish on ~/flow (predict, `veckm-flow egomotion` and `evaluate-egomotion` use it).
+    """
+    from veckm_flow_ros.stream.parameters import parameter_default
+    options.setdefault('min_validity', parameter_default('min_validity'))
+    options.setdefault('block_s', automatic_block_s(model.tau_s, options.get('causal', False)))
+    return NormalFlowEstimator(model, width, height, **options)
+
+
 @dataclass
 class DecodedBatch:
     """
