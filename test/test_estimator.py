@@ -187,6 +187,77 @@ def test_slightly_disordered_input_is_merged_in_time_order():
         FlowBlock.concatenate(again.push(events[5000:])).u_px_s[-100:], whole.u_px_s[-100:])
 
 
+def test_slow_flows_are_estimated_again_with_the_long_context():
+    """
+    long_context_below_px_s: a kept flow slower than the threshold is the op's flow on the
+    context of +-2 tau around the block centre (tau and flow scale / 2); the others are the
+    plain flows, and the block is ready only once that longer context is complete.
+    """
+    import dataclasses
+    model = tiny_model()
+    events = random_stream(n=8000, duration_ns=60_000_000)
+    plain = NormalFlowEstimator(model, WIDTH, HEIGHT, block_s=0.005)
+    plain_block = plain.push(events)[2]
+    speeds = np.sort(np.hypot(plain_block.u_px_s, plain_block.v_px_s))
+    threshold = float(speeds[len(speeds) // 2] + speeds[len(speeds) // 2 + 1]) / 2  # no tie
+    estimator = NormalFlowEstimator(model, WIDTH, HEIGHT, block_s=0.005,
+                                    long_context_below_px_s=threshold)
+    block = estimator.push(events)[2]
+    np.testing.assert_array_equal(block.event_index, plain_block.event_index)
+    centre = int(events.t_ns[0]) + 10_000_000 + 2_500_000
+    assert block.ready_ns == centre + 20_000_000 and block.t_newest_ns >= centre + 20_000_000
+    context = np.flatnonzero((events.t_ns >= centre - 20_000_000)
+                             & (events.t_ns <= centre + 20_000_000))
+    long_model = dataclasses.replace(model, tau_s=0.02, flow_scale_px_s=30.0)
+    long_flow, _ = op_flows(long_model, events, context,
+                            np.searchsorted(context, block.event_index))
+    slow = np.hypot(plain_block.u_px_s, plain_block.v_px_s) < threshold
+    assert 0 < slow.sum() < len(slow)
+    np.testing.assert_allclose(block.u_px_s[slow], long_flow[slow, 0], rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(block.v_px_s[slow], long_flow[slow, 1], rtol=1e-5, atol=1e-3)
+    np.testing.assert_array_equal(block.u_px_s[~slow], plain_block.u_px_s[~slow])
+    np.testing.assert_array_equal(block.validity, plain_block.validity)
+    assert not np.array_equal(block.u_px_s[slow], plain_block.u_px_s[slow])
+
+
+@pytest.mark.parametrize('causal, stride', [(False, 1), (True, 1), (False, 3)])
+def test_long_context_streaming_equals_one_shot_and_counts(causal, stride):
+    events = random_stream(n=20000, seed=11)
+    options = dict(causal=causal, target_stride=stride, long_context_below_px_s=80.0,
+                   min_validity=0.2)
+    one_shot = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options)
+    whole = FlowBlock.concatenate(one_shot.push(events) + one_shot.flush())
+    streamed_estimator = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options)
+    streamed = run_chunked(streamed_estimator, events, seed=12)
+    np.testing.assert_array_equal(whole.event_index, streamed.event_index)
+    np.testing.assert_array_equal(whole.u_px_s, streamed.u_px_s)
+    np.testing.assert_array_equal(whole.v_px_s, streamed.v_px_s)
+    # Every kept flow slower than the threshold was looked at again, and only those.
+    plain = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, causal=causal,
+                                target_stride=stride, min_validity=0.2)
+    plain_flows = FlowBlock.concatenate(plain.push(events) + plain.flush())
+    slow = int(np.count_nonzero(np.hypot(plain_flows.u_px_s, plain_flows.v_px_s) < 80.0))
+    assert one_shot.long_context_flows == streamed_estimator.long_context_flows == slow > 0
+    assert len(whole) == len(plain_flows)
+
+
+def test_long_context_jobs_in_threads_equal_push_iter():
+    from concurrent.futures import ThreadPoolExecutor
+    events = random_stream(n=20000, duration_ns=100_000_000, seed=13)
+    options = dict(block_s=0.004, long_context_below_px_s=80.0)
+    expected = run_chunked(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options),
+                           events, seed=14)
+    later = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options)
+    jobs = []
+    for start in range(0, len(events), 1500):
+        jobs += list(later.push_jobs(events[start:start + 1500]))  # run after all pushes
+    with ThreadPoolExecutor(3) as pool:
+        blocks = list(pool.map(lambda job: job(), jobs)) + later.flush()
+    got = FlowBlock.concatenate(blocks)
+    np.testing.assert_array_equal(got.event_index, expected.event_index)
+    np.testing.assert_array_equal(got.u_px_s, expected.u_px_s)
+
+
 def test_block_longer_than_the_context_window():
     # block 30 ms > 2 tau = 20 ms: targets outside the window are their own context, as for
     # the per-event neighbourhoods; every event still gets exactly one flow.
@@ -270,6 +341,12 @@ def test_events_outside_the_sensor_are_dropped():
     ({'max_flows_per_block': -1}, 'max_flows_per_block must be'),
     ({'max_buffered_events': 10}, 'max_buffered_events must be'),
     ({'device': 'tpu'}, 'device must be'),
+    ({'long_context_below_px_s': -1.0}, r'long_context_below_px_s must be a speed in px/s .* '
+                                        r'got -1.0'),
+    ({'long_context_below_px_s': float('nan')}, 'long_context_below_px_s must be .* got nan'),
+    ({'long_context_below_px_s': True}, 'long_context_below_px_s must be'),
+    ({'long_context_below_px_s': 150.0, 'model': tiny_model(tau_s=0.3)},
+     'needs a context of 2 x tau = 600 ms'),
 ])
 def test_parameter_validation(kwargs, message):
     arguments = {'model': tiny_model(), 'width': WIDTH, 'height': HEIGHT}

@@ -24,6 +24,12 @@ Events are pushed in time order (any packet size); the stream is cut into target
 - causal: context = all events in [block end - 2 tau_s, block end] (only past and in-block
   events, latency about block_s; less accurate).
 
+Slow flows get a second look (long_context_below_px_s > 0): a flow slower than that is
+estimated again by the same model with a context twice as long (tau_s and the flow scale
+divided by LONG_CONTEXT_FACTOR = 2; the model sees the slow edge as one twice as fast, where
+it is accurate) and replaced by that estimate. The centred context then reaches +-2 tau_s, so
+a block is ready about tau_s later (latency about 2 tau_s + block_s / 2).
+
 Context always uses all events; targets are every `target_stride`-th event of the stream (by
 stream index, so the choice does not depend on packet boundaries) and at most
 `max_flows_per_block` per block (evenly spaced). Memory is bounded: the buffer holds only what
@@ -56,6 +62,10 @@ TIME_RESET_TOLERANCE_NS = 1_000_000
 # Events of the made-up block of warm_up(): spread over the sensor and 2 tau, like a busy
 # block, so that the per-thread scratch buffers reach a typical size.
 WARM_UP_EVENTS = 20_000
+# Slow flows are estimated again with the time context (and so tau) this many times longer.
+LONG_CONTEXT_FACTOR = 2
+# Largest long_context_below_px_s [px/s].
+MAX_LONG_CONTEXT_BELOW_PX_S = 1.0e6
 
 
 @dataclasses.dataclass
@@ -136,6 +146,26 @@ def check_min_validity(min_validity) -> float:
         raise ValueError(f'min_validity must be a number in [0, 1] (0 keeps every flow), got '
                          f'{min_validity!r}')
     return float(min_validity)
+
+
+def check_long_context(below_px_s, tau_s: float) -> float:
+    """
+    Return long_context_below_px_s as a float, or raise ValueError with the offending value.
+
+    It must be a speed in [0, MAX_LONG_CONTEXT_BELOW_PX_S] px/s (0 = off), and the model's
+    tau_s times LONG_CONTEXT_FACTOR must stay a valid tau (model.MAX_TAU_S).
+    """
+    from veckm_flow_ros.core.model import MAX_TAU_S
+    if isinstance(below_px_s, bool) or not isinstance(below_px_s, (int, float)) \
+            or not 0.0 <= below_px_s <= MAX_LONG_CONTEXT_BELOW_PX_S:
+        raise ValueError(f'long_context_below_px_s must be a speed in px/s in [0, '
+                         f'{MAX_LONG_CONTEXT_BELOW_PX_S:g}] (0 = off), got {below_px_s!r}')
+    if below_px_s > 0 and tau_s * LONG_CONTEXT_FACTOR > MAX_TAU_S:
+        raise ValueError(f'long_context_below_px_s = {below_px_s:g} px/s needs a context of '
+                         f'{LONG_CONTEXT_FACTOR} x tau = {tau_s * LONG_CONTEXT_FACTOR * 1e3:g} '
+                         f'ms, longer than tau may be ({MAX_TAU_S * 1e3:g} ms); set it to 0 for '
+                         f'this model')
+    return float(below_px_s)
 
 
 def _check_device(device) -> torch.device:
@@ -273,13 +303,18 @@ class NormalFlowEstimator:
     min_validity: leave out (and count in FlowBlock.low_validity and low_validity_flows) the
     flows whose validity is below this, in [0, 1]; 0 keeps every flow. The node, replay and
     predict pass the parameter min_validity (stream/parameters.py; same default).
+    long_context_below_px_s: kept flows slower than this [px/s] are estimated again with a
+    context LONG_CONTEXT_FACTOR times as long (module docstring; counted in
+    long_context_flows); 0 = off. The node, replay and predict pass the parameter of the same
+    name (stream/parameters.py).
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
                  height: int, device: Union[str, torch.device] = 'cpu', block_s: float = 0.010,
                  causal: bool = False, target_stride: int = 1, max_flows_per_block: int = 0,
                  max_buffered_events: int = 4_000_000, confidence: bool = False,
-                 rotation_mean: bool = False, min_validity: float = 0.0):
+                 rotation_mean: bool = False, min_validity: float = 0.0,
+                 long_context_below_px_s: float = 0.0):
         if not isinstance(model, VecKMFlowModel):
             model = load_model(model)
         self.width = _check_int('width', width, 1, 65536)
@@ -304,6 +339,16 @@ class NormalFlowEstimator:
             # Decide the MLP form now (numeric checks, ~30 ms once), not on the first block.
             _ = self.model.c4_fourier_blocks
         self.tau_ns = int(round(model.tau_s * 1e9))
+        self.long_context_below_px_s = check_long_context(long_context_below_px_s, model.tau_s)
+        self._long_model = None
+        self._reach_ns = self.tau_ns  # how far from the block centre the context reaches
+        if self.long_context_below_px_s > 0:
+            self._long_model = dataclasses.replace(
+                self.model, tau_s=model.tau_s * LONG_CONTEXT_FACTOR,
+                flow_scale_px_s=model.flow_scale_px_s / LONG_CONTEXT_FACTOR)
+            self._reach_ns = self.tau_ns * LONG_CONTEXT_FACTOR
+            if self.device.type == 'cpu':
+                _ = self._long_model.c4_fourier_blocks
         self.reset()
         self.events_in = 0
         self.flows_out = 0
@@ -316,6 +361,8 @@ class NormalFlowEstimator:
         # Flows left out because their validity was below min_validity (not events_dropped:
         # those are events lost to limits and faults, these are flows judged untrustworthy).
         self.low_validity_flows = 0
+        # Flows replaced by their estimate with the long context (long_context_below_px_s).
+        self.long_context_flows = 0
         self._count_lock = threading.Lock()  # jobs of push_jobs count from several threads
         self._buffer_warned_s = -math.inf  # when the buffer-full warning was last logged
         self.time_resets = 0
@@ -433,6 +480,9 @@ class NormalFlowEstimator:
                    torch.from_numpy(rng.integers(0, self.height, events, dtype=np.int32)))
         context = tuple(column.to(self.device) for column in context)
         flow, _, _ = self._encode_and_predict(context, (0, events))
+        if self._long_model is not None:  # the second look's scratch buffers, a quarter
+            flow, _, _ = self._predict(self._long_model, context,
+                                       torch.arange(0, events, 4, device=self.device))
         flow.cpu()  # waits for a CUDA device
         return time.perf_counter() - start
 
@@ -443,12 +493,14 @@ class NormalFlowEstimator:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _context_range(self, block_start):
+    def _context_range(self, block_start, reach_ns=None):
+        """(low, high) sensor times of a block's context; reach_ns: its half-length (tau)."""
+        reach_ns = self.tau_ns if reach_ns is None else reach_ns
         block_end = block_start + self.block_ns
         if self.causal:
-            return block_end - 2 * self.tau_ns, block_end
+            return block_end - 2 * reach_ns, block_end
         centre = block_start + self.block_ns // 2
-        return centre - self.tau_ns, centre + self.tau_ns
+        return centre - reach_ns, centre + reach_ns
 
     def _ready_jobs(self, final: bool, copy: bool) -> Iterator[Callable[[], FlowBlock]]:
         """
@@ -459,8 +511,8 @@ class NormalFlowEstimator:
         buffer = self._events
         while len(buffer) and self._block_start_ns is not None:
             block_start = self._block_start_ns
-            context_low, context_high = self._context_range(block_start)
-            if not final and self._newest_ns < context_high:
+            if not final and self._newest_ns < self._context_range(block_start,
+                                                                   self._reach_ns)[1]:
                 break
             block_end = block_start + self.block_ns
             first, stop = buffer.search(block_start), buffer.search(block_end)
@@ -471,7 +523,7 @@ class NormalFlowEstimator:
                 skipped = (int(buffer.t_ns[stop]) - block_start) // self.block_ns
                 self._block_start_ns = block_start + skipped * self.block_ns
                 continue
-            job = self._prepare_block(first, stop, context_low, context_high, copy)
+            job = self._prepare_block(first, stop, block_start, copy)
             self._block_start_ns = block_end
             self._trim()  # moves the buffer's start only: no data is overwritten until a push
             if job is not None:
@@ -497,31 +549,59 @@ class NormalFlowEstimator:
             targets = targets[keep.astype(np.int64)]
         return targets
 
-    def _prepare_block(self, first, stop, context_low, context_high, copy):
-        """Return a job computing the block of positions [first, stop) (None: no targets)."""
+    def _context(self, targets, low, high, copy):
+        """
+        Return (context columns on the device, targets' positions in it) for the context
+        window of buffer positions [low, high) and the targets' buffer positions.
+        """
         buffer = self._events
-        targets = self._select_targets(first, stop)
-        if len(targets) == 0:
-            return None
-        low, high = buffer.search(context_low), buffer.search(context_high, 'right')
         if targets[0] >= low and targets[-1] < high:
             # The usual case (block within the context window): one contiguous slice.
             context = buffer.device_columns(low, high)
             if copy:  # views of the buffer, which later pushes overwrite
                 context = tuple(column.clone() for column in context)
-            target_in_context = targets - low
-            if len(targets) == stop - first:  # every event of the block: a range
-                target_in_context = (int(targets[0]) - low, int(targets[-1]) + 1 - low)
+            return context, targets - low
+        # A block longer than the context window: its targets outside the window are their
+        # own context (nothing else of the block is), as in the paper's per-event
+        # neighbourhoods.
+        before, after = targets[targets < low], targets[targets >= high]
+        positions = np.concatenate([before, np.arange(low, high), after])
+        columns = buffer.device_columns(buffer.start, buffer.end)
+        where = torch.from_numpy(positions - buffer.start).to(self.device)
+        context = tuple(column.index_select(0, where) for column in columns)
+        return context, np.searchsorted(positions, targets)
+
+    def _prepare_block(self, first, stop, block_start, copy):
+        """
+        Return a job computing the block of positions [first, stop) starting at sensor time
+        block_start (None: no targets).
+        """
+        buffer = self._events
+        targets = self._select_targets(first, stop)
+        if len(targets) == 0:
+            return None
+        context_low, context_high = self._context_range(block_start)
+        low, high = buffer.search(context_low), buffer.search(context_high, 'right')
+        long_context = long_targets = None
+        ready_ns = context_high
+        if self._long_model is not None:
+            long_low_ns, ready_ns = self._context_range(block_start, self._reach_ns)
+            long_low = buffer.search(long_low_ns)
+            long_high = buffer.search(ready_ns, 'right')
+            long_context, long_targets = self._context(targets, long_low, long_high, copy)
+            if targets[0] >= low and targets[-1] < high and \
+                    targets[0] >= long_low and targets[-1] < long_high:
+                # The short context is a slice of the long one: no second copy.
+                context = tuple(column[low - long_low:high - long_low]
+                                for column in long_context)
+                target_in_context = targets - low
+            else:
+                context, target_in_context = self._context(targets, low, high, copy)
         else:
-            # A block longer than the context window: its targets outside the window are
-            # their own context (nothing else of the block is), as in the paper's per-event
-            # neighbourhoods.
-            before, after = targets[targets < low], targets[targets >= high]
-            positions = np.concatenate([before, np.arange(low, high), after])
-            columns = buffer.device_columns(buffer.start, buffer.end)
-            where = torch.from_numpy(positions - buffer.start).to(self.device)
-            context = tuple(column.index_select(0, where) for column in columns)
-            target_in_context = np.searchsorted(positions, targets)
+            context, target_in_context = self._context(targets, low, high, copy)
+        if len(targets) == stop - first and targets[0] >= low and targets[-1] < high:
+            # Every event of the block, within the window: a range, made where it is used.
+            target_in_context = (int(targets[0]) - low, int(targets[-1]) + 1 - low)
         self.flows_out += len(targets)
         if isinstance(target_in_context, tuple):
             targets = slice(first, stop)  # copies of slices are cheaper than gathers
@@ -529,14 +609,40 @@ class NormalFlowEstimator:
                  't_ns': buffer.t_ns[targets].copy(),
                  'x': buffer.x[targets].astype(np.uint16),
                  'y': buffer.y[targets].astype(np.uint16),
-                 't_newest_ns': int(self._newest_ns), 'ready_ns': int(context_high)}
+                 't_newest_ns': int(self._newest_ns), 'ready_ns': int(ready_ns)}
 
         def job() -> FlowBlock:
             flow, confidence, validity = self._encode_and_predict(context, target_in_context)
+            if long_context is not None:
+                flow, confidence = self._estimate_slow_again(long_context, long_targets, flow,
+                                                             confidence, validity)
             flow = flow.cpu().numpy()
             confidence = None if confidence is None else confidence.cpu().numpy()
             return self._published_block(flow, confidence, validity.cpu().numpy(), about)
         return job
+
+    def _estimate_slow_again(self, long_context, long_targets, flow, confidence, validity):
+        """
+        Replace the kept flows slower than long_context_below_px_s by the long model's.
+
+        long_targets: the targets' positions in long_context (numpy, in target order).
+        Returns (flow, confidence), on the device.
+        """
+        speed = torch.linalg.vector_norm(flow, dim=1)
+        slow = (speed < self.long_context_below_px_s) & (validity >= self.min_validity)
+        which = torch.nonzero(slow).flatten()
+        if len(which) == 0:
+            return flow, confidence
+        positions = torch.from_numpy(np.ascontiguousarray(long_targets, dtype=np.int64))
+        target_index = positions.to(self.device).index_select(0, which)
+        slow_flow, slow_confidence, _ = self._predict(self._long_model, long_context,
+                                                      target_index)
+        flow = flow.index_copy(0, which, slow_flow.to(flow.dtype))
+        if confidence is not None:
+            confidence = confidence.index_copy(0, which, slow_confidence.to(confidence.dtype))
+        with self._count_lock:
+            self.long_context_flows += len(which)
+        return flow, confidence
 
     def _published_block(self, flow, confidence, validity, about) -> FlowBlock:
         """
@@ -573,13 +679,18 @@ class NormalFlowEstimator:
         y) tensors on the device; targets: positions within it, an array or a (begin, end)
         range.
         """
-        model = self.model
-        t_ns, x, y = context
         if isinstance(targets, tuple):  # a range: made where it is used
             target_index = torch.arange(*targets, dtype=torch.int64, device=self.device)
         else:
             target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64))
             target_index = target_index.to(self.device)
+        flow, confidence, count = self._predict(self.model, context, target_index)
+        _, x, y = context
+        return flow, confidence, self._validity(x, y, target_index, count)
+
+    def _predict(self, model, context, target_index: torch.Tensor):
+        """Return (flow px/s, confidence or None, context counts) of `model` for the targets."""
+        t_ns, x, y = context
         if self.confidence or self.rotation_mean:
             from veckm_flow_ros.core.confidence import predict_with_confidence
             counts = []
@@ -587,15 +698,11 @@ class NormalFlowEstimator:
                                                        self.width, self.height,
                                                        mean_flow=self.rotation_mean,
                                                        counts=counts)
-            confidence = confidence if self.confidence else None
-            count = counts[0]
-        else:
-            features, count = ops.encode(t_ns, x, y, target_index, self.width, self.height,
-                                         model.freq_t, model.freq_x, model.freq_y,
-                                         model.tau_s, model.pixel_radius)
-            flow = model.predict_flow_px_s(features)
-            confidence = None
-        return flow, confidence, self._validity(x, y, target_index, count)
+            return flow, (confidence if self.confidence else None), counts[0]
+        features, count = ops.encode(t_ns, x, y, target_index, self.width, self.height,
+                                     model.freq_t, model.freq_x, model.freq_y,
+                                     model.tau_s, model.pixel_radius)
+        return model.predict_flow_px_s(features), None, count
 
     def _validity(self, x, y, target_index, count) -> torch.Tensor:
         """Return the targets' validity float32 [M] (core/validity.py) from the encoder's count."""
@@ -606,7 +713,7 @@ class NormalFlowEstimator:
         """Drop buffered events that no pending block needs."""
         if not len(self._events):
             return
-        keep_from, _ = self._context_range(self._block_start_ns)
+        keep_from, _ = self._context_range(self._block_start_ns, self._reach_ns)
         self._events.drop_before(self._events.search(min(keep_from, self._block_start_ns)))
 
     def _enforce_bound(self):
