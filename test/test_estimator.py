@@ -189,9 +189,11 @@ def test_slightly_disordered_input_is_merged_in_time_order():
 
 def test_slow_flows_are_estimated_again_with_the_long_context():
     """
-    long_context_below_px_s: a kept flow slower than the threshold is the op's flow on the
-    context of +-2 tau around the block centre (tau and flow scale / 2); the others are the
-    plain flows, and the block is ready only once that longer context is complete.
+    Check long_context_below_px_s against the op on the long context.
+
+    A kept flow slower than the threshold is the op's flow on the context of +-2 tau around
+    the block centre (tau x 2, flow scale / 2); the others are the plain flows, and the block
+    is ready only once that longer context is complete.
     """
     import dataclasses
     model = tiny_model()
@@ -223,8 +225,8 @@ def test_slow_flows_are_estimated_again_with_the_long_context():
 @pytest.mark.parametrize('causal, stride', [(False, 1), (True, 1), (False, 3)])
 def test_long_context_streaming_equals_one_shot_and_counts(causal, stride):
     events = random_stream(n=20000, seed=11)
-    options = dict(causal=causal, target_stride=stride, long_context_below_px_s=80.0,
-                   min_validity=0.2)
+    options = {'causal': causal, 'target_stride': stride, 'long_context_below_px_s': 80.0,
+               'min_validity': 0.2}
     one_shot = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options)
     whole = FlowBlock.concatenate(one_shot.push(events) + one_shot.flush())
     streamed_estimator = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options)
@@ -244,7 +246,7 @@ def test_long_context_streaming_equals_one_shot_and_counts(causal, stride):
 def test_long_context_jobs_in_threads_equal_push_iter():
     from concurrent.futures import ThreadPoolExecutor
     events = random_stream(n=20000, duration_ns=100_000_000, seed=13)
-    options = dict(block_s=0.004, long_context_below_px_s=80.0)
+    options = {'block_s': 0.004, 'long_context_below_px_s': 80.0}
     expected = run_chunked(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options),
                            events, seed=14)
     later = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, **options)

@@ -275,6 +275,12 @@ def test_out_of_range_parameter_fails_at_start_up(ros_context, model_path):
         flow_node.VecKMFlowNode(context=ros_context, parameter_overrides=[
             Parameter('model', value=model_path), Parameter('min_validity', value=1.5)])
     assert 'range' in str(error.value)
+    with pytest.raises(rclpy.exceptions.ParameterException,
+                       match='long_context_below_px_s') as error:
+        flow_node.VecKMFlowNode(context=ros_context, parameter_overrides=[
+            Parameter('model', value=model_path),
+            Parameter('long_context_below_px_s', value=-1.0)])
+    assert 'range' in str(error.value)
 
 
 def test_model_that_does_not_fit_fails_at_start_up(ros_context, model_path):
@@ -798,7 +804,7 @@ NON_DEFAULT = {
     'torch_threads': 1, 'compute_threads': 2, 'image_rate_hz': 8.0,
     'image_max_speed_px_s': 321.0, 'publish_confidence': True, 'rotation_mean_flow': True,
     'diagnostics_period_s': 0.5, 'max_sensor_width_px': 1000, 'max_sensor_height_px': 900,
-    'time_sync_max_jump_ms': 250.0, 'min_validity': 0.25}
+    'time_sync_max_jump_ms': 250.0, 'min_validity': 0.25, 'long_context_below_px_s': 80.0}
 
 
 def test_every_parameter_reaches_the_pipeline(harness_factory):
@@ -826,6 +832,7 @@ def test_every_parameter_reaches_the_pipeline(harness_factory):
             estimator.max_buffered_events) == (3, 777, 234_567)
     assert estimator.confidence and estimator.rotation_mean
     assert estimator.min_validity == 0.25
+    assert estimator.long_context_below_px_s == 80.0
     assert node._diagnostics_timer.timer_period_ns == 500_000_000
     assert node._image_timer.timer_period_ns == 125_000_000
     assert harness_factory(image_rate_hz=0.0).node._image_timer is None
@@ -925,6 +932,13 @@ def test_diagnostics_report_what_the_input_did(harness_factory):
     assert received_flows > 0.5 * (len(events) + len(again))
     assert values['flows left out, validity below min_validity (total)'] == \
         str(totals['low_validity_flows'])
+    # The node's default long context: the edges' slow flows were estimated again.
+    from veckm_flow_ros.stream.parameters import parameter_default
+    assert harness.node.pipeline.estimator.long_context_below_px_s == \
+        parameter_default('long_context_below_px_s') == 150.0
+    assert values['flows estimated again with the long context, slower than '
+                  'long_context_below_px_s (total)'] == str(totals['long_context_flows'])
+    assert totals['long_context_flows'] > 0
     assert arrays[-1].status[0].hardware_id == 'event_camera'
     # Events in: the rates times the periods (header stamps) add up to the events sent.
     stamps_s = np.array([stamp_to_ns(a.header.stamp) for a in arrays[first:]]) * 1e-9

@@ -19,6 +19,7 @@ No rclpy here: the pipeline publishes through a callback that the tests collect,
 shipped default model and the compiled extension.
 """
 
+import dataclasses
 import sys
 import threading
 import time
@@ -168,6 +169,13 @@ def test_check_config_names_the_offending_value(model):
         check_config(model, default_config(device='gpu'))
     with pytest.raises(ConfigurationError, match='block_ms is 500 ms'):
         check_config(model, default_config(block_ms=500.0))
+    with pytest.raises(ConfigurationError, match=r'parameter long_context_below_px_s must be '
+                                                 r'a speed in px/s .* got -5.0'):
+        check_config(model, default_config(long_context_below_px_s=-5.0))
+    slow_model = dataclasses.replace(model, tau_s=0.3)
+    with pytest.raises(ConfigurationError, match='= 150 px/s needs a context of 2 x tau = 600'):
+        check_config(slow_model, default_config())
+    check_config(slow_model, default_config(long_context_below_px_s=0.0))
     with pytest.raises(KeyError, match='unknown parameter'):
         default_config(no_such_parameter=1)
 
@@ -356,7 +364,7 @@ def test_causal_uses_past_context_and_publishes_sooner(model, default_run):
     assert centred_pipeline.block_ms == pytest.approx(2 * tau_ms)
     assert causal_pipeline.block_ms == pytest.approx(tau_ms)
     # Without future context a flow is ready as soon as its block is: the same input gives
-    # flows for events that the centred estimator still holds back (tau of future context).
+    # flows for events that the centred estimator still holds back (future context).
     assert _ros_times_ns(causal).max() > _ros_times_ns(centred).max() + 0.5 * tau_ms * 1e6
     assert causal.blocks != centred.blocks
     assert _positive_fraction(_all_points(causal)) > 0.85  # still the right direction
@@ -408,6 +416,30 @@ def test_publish_confidence_adds_the_field(model, default_run):
     np.testing.assert_array_equal(points['u'], _all_points(plain)['u'])
 
 
+def test_long_context_below_px_s_estimates_slow_flows_again_and_counts_them(model,
+                                                                            default_run):
+    default_pipeline, default = default_run
+    assert default_pipeline.estimator.long_context_below_px_s == 150.0  # the node's default
+    # 5 ms blocks: a centred block is ready tau = 12 ms after the plain one is.
+    off_pipeline, off = _run(model, long_context_below_px_s=0.0, block_ms=5.0)
+    every_pipeline, every = _run(model, long_context_below_px_s=1.0e6, block_ms=5.0)
+    assert off_pipeline.stats.totals['long_context_flows'] == 0
+    # Above every speed: each published flow was estimated again, and counted.
+    totals = every_pipeline.stats.totals
+    assert totals['long_context_flows'] == totals['flows'] == len(_all_points(every)) > 0
+    # Centred blocks wait for +-2 tau: the newest published block is about tau older.
+    off_points, every_points = _all_points(off), _all_points(every)
+    waited_ns = off.blocks[-1][1] - every.blocks[-1][1]
+    tau_ns, block_ns = model.tau_s * 1e9, 5e6
+    assert tau_ns - block_ns <= waited_ns <= tau_ns + block_ns, waited_ns
+    shared = len(every_points)
+    for name in ('x', 'y', 't'):
+        np.testing.assert_array_equal(every_points[name], off_points[name][:shared])
+    assert np.mean(every_points['u'] != off_points['u'][:shared]) > 0.5
+    assert _positive_fraction(every_points) > 0.9
+    assert 0 < default_pipeline.stats.totals['long_context_flows'] < len(_all_points(default))
+
+
 def test_target_stride_computes_every_kth_event(model, default_run):
     pipeline, full = default_run
     _, strided = _run(model, target_stride=4)
@@ -421,8 +453,9 @@ def test_block_ms_sets_the_published_block_length(model):
         assert pipeline.estimator.block_ns == round(block_ms * 1e6)
         spans_ms = [-1e3 * points['t'].min() for points in published.points]
         assert max(spans_ms) <= block_ms
-        # 0.12 s of input minus the tail waiting for its future context (tau).
-        expected = (120 - 1e3 * model.tau_s) / block_ms
+        # 0.12 s of input minus the tail waiting for its future context (2 tau with the
+        # default long_context_below_px_s).
+        expected = (120 - 2e3 * model.tau_s) / block_ms
         assert expected - 3 <= len(published.blocks) <= expected + 2, block_ms
 
 
@@ -490,7 +523,7 @@ def test_max_queued_events_bounds_the_queue(model):
 
 def test_max_queue_delay_ms_drops_packets_that_waited(model):
     import dataclasses
-    packets = evt3_packets(duration_s=0.03)
+    packets = evt3_packets(duration_s=0.05)  # the first block needs 36 ms (2 tau + block / 2)
     for delay_ms, dropped in ((200.0, len(packets)), (0.0, 0)):
         published = Published()
         pipeline = make_pipeline(model, published, max_queue_delay_ms=delay_ms)

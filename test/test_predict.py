@@ -44,6 +44,7 @@ def _direct(model, events, **options):
     from veckm_flow_ros.core.estimator import automatic_block_s, FlowBlock, NormalFlowEstimator
     from veckm_flow_ros.stream.parameters import parameter_default
     options.setdefault('min_validity', parameter_default('min_validity'))  # predict's default
+    options.setdefault('long_context_below_px_s', parameter_default('long_context_below_px_s'))
     # The node's and replay's block (block_ms 0): 2 tau centred, tau causal.
     options.setdefault('block_s', automatic_block_s(model.tau_s, options.get('causal', False)))
     estimator = NormalFlowEstimator(model, 640, 480, **options)
@@ -88,9 +89,12 @@ def test_predict_options_and_float_seconds(model, scene, tmp_path, capsys):
     assert (width, height) == (int(events.x.max()) + 1, int(events.y.max()) + 1)
     np.testing.assert_array_equal(loaded.t_ns, events.t_ns)
     from veckm_flow_ros.core.estimator import automatic_block_s, FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.stream.parameters import parameter_default
     r8 = load_model('veckm_r8_tau16ms')
     estimator = NormalFlowEstimator(r8, width, height, causal=True, target_stride=3,
-                                    block_s=automatic_block_s(r8.tau_s, causal=True))
+                                    block_s=automatic_block_s(r8.tau_s, causal=True),
+                                    long_context_below_px_s=parameter_default(
+                                        'long_context_below_px_s'))
     direct = FlowBlock.concatenate(estimator.push(events) + estimator.flush())
     out = np.load(tmp_path / 'flow.npz')
     np.testing.assert_array_equal(out['idx'], direct.event_index)
@@ -133,6 +137,29 @@ def test_predict_errors_name_the_problem(case, message, tmp_path, capsys):
     import re
     assert re.search(message, error), error
     assert not (tmp_path / 'out.npz').exists()
+
+
+def test_predict_long_context_flag(model, scene, tmp_path, capsys):
+    """--long-context-below-px-s reaches the estimator (default: the node's); checked."""
+    events, _, _ = scene
+    source = _save(tmp_path / 'events.npz', events, t=events.t_ns, width=640, height=480)
+    assert _predict('--events', source, '--out', tmp_path / 'off.npz',
+                    '--long-context-below-px-s', 0) == 0
+    assert 'estimated again' not in capsys.readouterr().err
+    off = np.load(tmp_path / 'off.npz')
+    direct = _direct(model, events, long_context_below_px_s=0.0)
+    np.testing.assert_array_equal(off['u'], direct.u_px_s)
+    assert _predict('--events', source, '--out', tmp_path / 'all.npz',
+                    '--long-context-below-px-s', 1e6) == 0
+    assert f', {len(events)} estimated again with the long context' in capsys.readouterr().err
+    every = np.load(tmp_path / 'all.npz')
+    np.testing.assert_array_equal(every['u'], _direct(model, events,
+                                                      long_context_below_px_s=1e6).u_px_s)
+    assert np.mean(every['u'] != off['u']) > 0.5
+    assert _predict('--events', source, '--out', tmp_path / 'x.npz',
+                    '--long-context-below-px-s', -1) == 1
+    assert '--long-context-below-px-s must be a speed in [0, 1e+06] px/s (0 = off), got -1' \
+        in capsys.readouterr().err
 
 
 def test_predict_leaves_out_background_activity_unless_min_validity_is_0(model, scene,

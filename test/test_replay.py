@@ -110,11 +110,12 @@ def test_real_evt3_640x480(model, recordings_dir, tmp_path):
     assert np.isfinite(flows['u_px_s']).all() and np.isfinite(flows['v_px_s']).all()
     assert flows['x'].max() < 640 and flows['y'].max() < 480
     assert np.all(np.diff(flows['t_ns']) >= 0)
-    # Median speed measured with the shipped default model: 12.95 px/s over the 4,113 flows
-    # of validity >= 0.5 (the default) of the first 0.1 s, 7,432 events (10.87 px/s over all
-    # flows; the node measures 13.56 px/s over 0.5 s of it). +-25 %: a scale error fails.
+    # Median speed measured with the shipped default model and the node's defaults: 7.34 px/s
+    # over the 4,113 flows of validity >= 0.5 of the first 0.1 s, 7,432 events (4,112 of them
+    # estimated again with the long context; 12.95 px/s without it). +-25 %: a scale error
+    # fails.
     speed_px_s = np.hypot(flows['u_px_s'], flows['v_px_s'])
-    assert 0.75 * 12.95 <= np.median(speed_px_s) <= 1.25 * 12.95
+    assert 0.75 * 7.34 <= np.median(speed_px_s) <= 1.25 * 7.34
     assert np.all((flows['validity'] >= 0.5) & (flows['validity'] < 1))
     assert summary.flows + summary.low_validity_flows == summary.events
 
@@ -148,6 +149,35 @@ def test_min_validity_flag_reaches_replay_and_is_checked(model_args, tmp_path, c
     assert cli.main(['replay', str(DEMO_BAG), '--quiet', '--min-validity', '1.5']
                     + model_args) != 0
     assert '--min-validity must be in [0, 1] (0 keeps every flow), got 1.5' in \
+        capsys.readouterr().err
+
+
+def test_long_context_flag_reaches_replay_and_is_checked(model_args, tmp_path, capsys):
+    from veckm_flow_ros import cli
+    from veckm_flow_ros.stream.parameters import parameter_default
+    assert ReplayOptions().long_context_below_px_s == \
+        parameter_default('long_context_below_px_s')
+    flows = {}
+    for below in ('0', None, '1e6'):
+        flag = [] if below is None else ['--long-context-below-px-s', below]
+        npz = tmp_path / f'{below}.npz'
+        assert cli.main(['replay', str(DEMO_BAG), '--quiet', '--duration', '0.04', '--npz',
+                         str(npz)] + flag + model_args) == 0
+        flows[below] = load_flows_npz(npz)
+        summary = capsys.readouterr().out
+        assert ('long context' in summary) == (below != '0'), summary
+    # The default (150 px/s) takes the flows slower than that from 1e6 (every flow estimated
+    # again), the others from 0 (off).
+    off, default, every = flows['0'], flows[None], flows['1e6']
+    np.testing.assert_array_equal(default['t_ns'], off['t_ns'])  # replay flushes: all blocks
+    slow = np.hypot(off['u_px_s'], off['v_px_s']) < 150.0
+    assert 0.1 < slow.mean() < 0.99
+    np.testing.assert_array_equal(default['u_px_s'][slow], every['u_px_s'][slow])
+    np.testing.assert_array_equal(default['u_px_s'][~slow], off['u_px_s'][~slow])
+    assert np.mean(default['u_px_s'][slow] != off['u_px_s'][slow]) > 0.5
+    assert cli.main(['replay', str(DEMO_BAG), '--quiet', '--long-context-below-px-s', '-5']
+                    + model_args) != 0
+    assert '--long-context-below-px-s must be a speed in [0, 1e+06] px/s (0 = off), got -5' in \
         capsys.readouterr().err
 
 
@@ -292,9 +322,10 @@ def test_replayed_flow_against_the_demo_truth(model, tmp_path):
     """
     Replay of the bundled bag scored against its exact ground truth (first 0.06 s).
 
-    Measured with the shipped default model (40,545 events scored): %Pos 94.72, relative PEE
-    35.81 %, median |flow| / median |truth| 0.938. Bounds: %Pos 2 points, relative PEE 20 %,
-    speed ratio 25 %, tight enough that a flipped axis or a flow scale off by 2x fails.
+    Measured with the shipped default model and the node's defaults (40,385 events scored):
+    %Pos 97.57, relative PEE 33.71 %, median |flow| / median |truth| 1.064 (without the long
+    context: 94.90, 35.70 %, 0.939). Bounds: %Pos 2 points, relative PEE 20 %, speed ratio
+    25 %, tight enough that a flipped axis or a flow scale off by 2x fails.
     """
     from veckm_flow_ros.core.metrics import flow_metrics
     from veckm_flow_ros.offline.sequences import ground_truth_at, load_sequence
@@ -307,6 +338,6 @@ def test_replayed_flow_against_the_demo_truth(model, tmp_path):
     known = np.isfinite(truth).all(axis=1)
     ratio = np.median(np.hypot(*flow[known].T)) / np.median(np.hypot(*truth[known].T))
     assert scores['events'] > 40_000 and scores['coverage'] > 0.999
-    assert abs(scores['pos'] - 0.9472) <= 0.02, scores
-    assert 0.8 * 0.3581 <= scores['rel_pee'] <= 1.2 * 0.3581, scores
-    assert 0.75 * 0.938 <= ratio <= 1.25 * 0.938, ratio
+    assert abs(scores['pos'] - 0.9757) <= 0.02, scores
+    assert 0.8 * 0.3371 <= scores['rel_pee'] <= 1.2 * 0.3371, scores
+    assert 0.75 * 1.064 <= ratio <= 1.25 * 1.064, ratio

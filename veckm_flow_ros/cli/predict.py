@@ -20,7 +20,8 @@ unsorted times are refused, naming the first out-of-order event), x, y (integers
 p, optional width and height (else max + 1). Output npz: idx (int64 input indices that got a
 flow), u, v (float32 px/s, x right, y down), validity (float32, 0..1); events whose flow is
 NaN/Inf or whose validity is below --min-validity (the node's min_validity, same default) get
-none (counted).
+none (counted); flows slower than --long-context-below-px-s (the node's parameter, same
+default) are estimated again with the long context (counted).
 Runs the streaming NormalFlowEstimator over the whole input (centred context), so results
 equal those of the node and of replay.
 """
@@ -29,7 +30,8 @@ import sys
 
 import numpy as np
 
-from veckm_flow_ros.cli.replay import add_min_validity_argument, check_min_validity_argument
+from veckm_flow_ros.cli.replay import (add_long_context_argument, add_min_validity_argument,
+                                       check_long_context_argument, check_min_validity_argument)
 
 CHUNK_EVENTS = 200_000
 
@@ -54,6 +56,7 @@ def register(subparsers):
     parser.add_argument('--causal', action='store_true',
                         help='past-only context (lower latency, lower accuracy)')
     add_min_validity_argument(parser)
+    add_long_context_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -67,6 +70,7 @@ def run(args) -> int:
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
     check_min_validity_argument(args)
+    check_long_context_argument(args)
     out = npz_path(args.out)  # the name np.savez writes
     if out.is_dir():
         raise ValueError(f'--out {out} is an existing directory; name a file')
@@ -77,7 +81,8 @@ def run(args) -> int:
     estimator = node_default_estimator(model, width, height, device=args.device,
                                        causal=args.causal, target_stride=args.stride,
                                        max_buffered_events=max(4_000_000, 2 * CHUNK_EVENTS),
-                                       min_validity=args.min_validity)
+                                       min_validity=args.min_validity,
+                                       long_context_below_px_s=args.long_context_below_px_s)
     with tqdm(total=len(events), unit='ev', unit_scale=True, file=sys.stderr,
               disable=len(events) < 2 * CHUNK_EVENTS) as progress:
         flows = estimator.estimate_all(events, CHUNK_EVENTS, progress.update)
@@ -88,6 +93,8 @@ def run(args) -> int:
     dropped = {reason: count for reason, count in estimator.events_dropped.items() if count}
     if estimator.low_validity_flows:
         dropped['low_validity'] = estimator.low_validity_flows
-    print(f'predict: wrote {len(flows)} flows to {out}'
+    again = (f', {estimator.long_context_flows} estimated again with the long context'
+             if estimator.long_context_flows else '')
+    print(f'predict: wrote {len(flows)} flows to {out}{again}'
           + (f' (events without a flow: {dropped})' if dropped else ''), file=sys.stderr)
     return 0

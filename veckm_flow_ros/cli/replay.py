@@ -68,6 +68,7 @@ def register(subparsers):
                         help='flows = mean of the confidence ensemble (more accurate, 2-4x the '
                              "cost; the node's rotation_mean_flow)")
     add_min_validity_argument(parser)
+    add_long_context_argument(parser)
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
     parser.set_defaults(func=run)
 
@@ -86,6 +87,26 @@ def check_min_validity_argument(args):
     value = getattr(args, 'min_validity', None)
     if value is not None and not 0.0 <= value <= 1.0:
         raise ValueError(f'--min-validity must be in [0, 1] (0 keeps every flow), got {value:g}')
+
+
+def add_long_context_argument(parser):
+    """Add --long-context-below-px-s, defaulting to the node's parameter (shared with predict)."""
+    from veckm_flow_ros.stream.parameters import parameter_default
+    default = parameter_default('long_context_below_px_s')
+    parser.add_argument('--long-context-below-px-s', type=float, default=default,
+                        metavar='PX_S',
+                        help='estimate kept flows slower than PX_S [px/s] again on a context '
+                             "twice as long, as the node's long_context_below_px_s (default: "
+                             f'{default:g}; 0 = off; centred blocks are ready about tau later)')
+
+
+def check_long_context_argument(args):
+    """Raise ValueError naming --long-context-below-px-s unless it is in the node's range."""
+    from veckm_flow_ros.core.estimator import MAX_LONG_CONTEXT_BELOW_PX_S
+    value = getattr(args, 'long_context_below_px_s', None)
+    if value is not None and not 0.0 <= value <= MAX_LONG_CONTEXT_BELOW_PX_S:
+        raise ValueError(f'--long-context-below-px-s must be a speed in [0, '
+                         f'{MAX_LONG_CONTEXT_BELOW_PX_S:g}] px/s (0 = off), got {value:g}')
 
 
 def set_threads(threads: int):
@@ -109,9 +130,12 @@ def options_from_args(args):
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f'--duration must be > 0 seconds, got {args.duration}')
     check_min_validity_argument(args)
+    check_long_context_argument(args)
     extra = {}
     if getattr(args, 'min_validity', None) is not None:
         extra['min_validity'] = args.min_validity
+    if getattr(args, 'long_context_below_px_s', None) is not None:
+        extra['long_context_below_px_s'] = args.long_context_below_px_s
     return ReplayOptions(topic=args.topic, device=args.device,
                          block_s=args.block_ms * 1e-3 or None, causal=args.causal,
                          target_stride=args.stride, duration_s=args.duration,

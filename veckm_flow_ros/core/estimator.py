@@ -82,7 +82,8 @@ class FlowBlock:
     packets at once finds the packet that completed it; None for blocks built by hand);
     validity float32[M] in [0, 1) (core/validity.py; higher = more moving structure around
     the event) or None for blocks built by hand; low_validity: flows of the block left out
-    because their validity was below the estimator's min_validity.
+    because their validity was below the estimator's min_validity; long_context: flows of the
+    block estimated again with the long context (long_context_below_px_s).
     """
 
     event_index: np.ndarray
@@ -96,6 +97,7 @@ class FlowBlock:
     ready_ns: Optional[int] = None
     validity: Optional[np.ndarray] = None
     low_validity: int = 0
+    long_context: int = 0
 
     def __len__(self):
         return len(self.event_index)
@@ -115,7 +117,8 @@ class FlowBlock:
         return FlowBlock(join('event_index'), join('t_ns'), join('x'), join('y'),
                          join('u_px_s'), join('v_px_s'), blocks[-1].t_newest_ns,
                          confidence=join('confidence'), validity=join('validity'),
-                         low_validity=sum(block.low_validity for block in blocks))
+                         low_validity=sum(block.low_validity for block in blocks),
+                         long_context=sum(block.long_context for block in blocks))
 
 
 def automatic_block_s(tau_s: float, causal: bool = False) -> float:
@@ -551,8 +554,9 @@ class NormalFlowEstimator:
 
     def _context(self, targets, low, high, copy):
         """
-        Return (context columns on the device, targets' positions in it) for the context
-        window of buffer positions [low, high) and the targets' buffer positions.
+        Return (context columns on the device, targets' positions in it).
+
+        The context window is the buffer positions [low, high); targets: buffer positions.
         """
         buffer = self._events
         if targets[0] >= low and targets[-1] < high:
@@ -573,8 +577,9 @@ class NormalFlowEstimator:
 
     def _prepare_block(self, first, stop, block_start, copy):
         """
-        Return a job computing the block of positions [first, stop) starting at sensor time
-        block_start (None: no targets).
+        Return a job computing the block of buffer positions [first, stop) (None: no targets).
+
+        block_start: the block's start in sensor time [ns].
         """
         buffer = self._events
         targets = self._select_targets(first, stop)
@@ -613,12 +618,15 @@ class NormalFlowEstimator:
 
         def job() -> FlowBlock:
             flow, confidence, validity = self._encode_and_predict(context, target_in_context)
+            again = 0
             if long_context is not None:
-                flow, confidence = self._estimate_slow_again(long_context, long_targets, flow,
-                                                             confidence, validity)
+                flow, confidence, again = self._estimate_slow_again(
+                    long_context, long_targets, flow, confidence, validity)
             flow = flow.cpu().numpy()
             confidence = None if confidence is None else confidence.cpu().numpy()
-            return self._published_block(flow, confidence, validity.cpu().numpy(), about)
+            block = self._published_block(flow, confidence, validity.cpu().numpy(), about)
+            block.long_context = again
+            return block
         return job
 
     def _estimate_slow_again(self, long_context, long_targets, flow, confidence, validity):
@@ -626,13 +634,13 @@ class NormalFlowEstimator:
         Replace the kept flows slower than long_context_below_px_s by the long model's.
 
         long_targets: the targets' positions in long_context (numpy, in target order).
-        Returns (flow, confidence), on the device.
+        Returns (flow, confidence) on the device and the number of flows replaced.
         """
         speed = torch.linalg.vector_norm(flow, dim=1)
         slow = (speed < self.long_context_below_px_s) & (validity >= self.min_validity)
         which = torch.nonzero(slow).flatten()
         if len(which) == 0:
-            return flow, confidence
+            return flow, confidence, 0
         positions = torch.from_numpy(np.ascontiguousarray(long_targets, dtype=np.int64))
         target_index = positions.to(self.device).index_select(0, which)
         slow_flow, slow_confidence, _ = self._predict(self._long_model, long_context,
@@ -642,7 +650,7 @@ class NormalFlowEstimator:
             confidence = confidence.index_copy(0, which, slow_confidence.to(confidence.dtype))
         with self._count_lock:
             self.long_context_flows += len(which)
-        return flow, confidence
+        return flow, confidence, len(which)
 
     def _published_block(self, flow, confidence, validity, about) -> FlowBlock:
         """

@@ -30,7 +30,9 @@ colour-wheel image alone, as the node publishes it).
 The npz of flows holds one row per flow: t_ns int64 (sensor time), x, y float32 (pixels),
 u_px_s, v_px_s float32 (px/s, x right, y down), validity float32 [0, 1] (core/validity.py),
 confidence float32 (when the model gives one), stamp_ns int64 (ROS time of the event), and the
-scalars width, height. Flows below min_validity are left out as by the node (counted).
+scalars width, height. Flows below min_validity are left out as by the node (counted), and
+flows slower than long_context_below_px_s are estimated again with the long context, as by the
+node (counted).
 """
 
 from dataclasses import dataclass, field
@@ -71,7 +73,8 @@ class ReplayOptions:
     confidence (rotation ensemble, ~4x the cost) in the npz and the bag's PointCloud2;
     rotation_mean: flows are the rotation ensemble's mean (node's rotation_mean_flow);
     min_validity: leave out flows of lower validity, as the node's min_validity (same
-    default; 0 keeps every flow);
+    default; 0 keeps every flow); long_context_below_px_s: estimate kept flows slower than
+    this [px/s] again with the long context, as the node's parameter (same default; 0 = off);
     duration_s: replay only the first duration_s seconds of sensor time (None: all);
     frame_rate_hz: rate of the pictures (sensor time); max_speed_px_s: colour scale of the
     pictures (None: fixed from the first frame with flows); cell_px: arrow spacing;
@@ -87,6 +90,7 @@ class ReplayOptions:
     confidence: bool = False
     rotation_mean: bool = False
     min_validity: float = parameter_default('min_validity')
+    long_context_below_px_s: float = parameter_default('long_context_below_px_s')
     frame_rate_hz: float = 25.0
     max_speed_px_s: Optional[float] = None
     cell_px: int = 16
@@ -131,6 +135,7 @@ class ReplaySummary:
     decode_problems: int = 0
     non_finite_flows: int = 0
     low_validity_flows: int = 0
+    long_context_flows: int = 0
     frames: int = 0
     speed_percentiles_px_s: dict = field(default_factory=dict)
     written: List[str] = field(default_factory=list)
@@ -174,6 +179,9 @@ class ReplaySummary:
         if self.low_validity_flows:
             rows.append(('low validity', f'{self.low_validity_flows:,} flows left out (validity '
                                          'below min_validity)'))
+        if self.long_context_flows:
+            rows.append(('long context', f'{self.long_context_flows:,} flows estimated again '
+                                         '(slower than long_context_below_px_s)'))
         if self.non_finite_flows:
             rows.append(('flows left out', f'{self.non_finite_flows:,} NaN/Inf (the model '
                                            'overflows float32: check its weights)'))
@@ -483,7 +491,8 @@ class _ReplayRun:
         check_config(self.model, {'device': options.device, 'pixel_radius': 0, 'tau_ms': 0.0,
                                   'block_ms': block_ms, 'causal': options.causal,
                                   'model': self.model.name,
-                                  'min_validity': options.min_validity})
+                                  'min_validity': options.min_validity,
+                                  'long_context_below_px_s': options.long_context_below_px_s})
 
     def _check_outputs(self):
         outputs = self.outputs
@@ -587,7 +596,8 @@ class _ReplayRun:
             block_s=options.block_s or automatic_block_s(self.model.tau_s, options.causal),
             causal=options.causal, target_stride=options.target_stride,
             confidence=options.confidence, rotation_mean=options.rotation_mean,
-            min_validity=options.min_validity)
+            min_validity=options.min_validity,
+            long_context_below_px_s=options.long_context_below_px_s)
 
     def _blocks(self, blocks):
         for block in blocks:
@@ -617,10 +627,11 @@ class _ReplayRun:
                         panel)
 
     def _count_non_finite(self):
-        """Add the flows the current estimator left out (NaN/Inf, low validity) to the summary."""
+        """Add the current estimator's counts (flows left out, estimated again) to the summary."""
         if self.estimator is not None:
             self.summary.non_finite_flows += self.estimator.events_dropped['non_finite_flow']
             self.summary.low_validity_flows += self.estimator.low_validity_flows
+            self.summary.long_context_flows += self.estimator.long_context_flows
 
     def finish(self):
         start = time.perf_counter()

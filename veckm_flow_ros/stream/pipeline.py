@@ -60,8 +60,9 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from veckm_flow_ros.core.estimator import (automatic_block_s, check_min_validity,
-                                           NormalFlowEstimator, TIME_RESET_TOLERANCE_NS)
+from veckm_flow_ros.core.estimator import (automatic_block_s, check_long_context,
+                                           check_min_validity, NormalFlowEstimator,
+                                           TIME_RESET_TOLERANCE_NS)
 from veckm_flow_ros.eventio.events import EventArray
 from veckm_flow_ros.eventio.flow_cloud import block_flow_points
 from veckm_flow_ros.eventio.timesync import SeqGapCounter
@@ -117,6 +118,7 @@ def check_config(model, config: dict):
             f'was trained with tau = {model_tau_ms:g} ms; set tau_ms to 0 or {model_tau_ms:g}')
     try:
         check_min_validity(config.get('min_validity', 0.0))
+        check_long_context(config.get('long_context_below_px_s', 0.0), model.tau_s)
     except ValueError as error:
         raise ConfigurationError(f'parameter {error}') from None
     block_ms = config['block_ms']
@@ -153,12 +155,14 @@ def node_default_estimator(model, width: int, height: int, **options) -> NormalF
     """
     Return a NormalFlowEstimator with the node's defaults unless `options` say otherwise.
 
-    The node's defaults: the automatic block (automatic_block_s: 2 tau centred, tau causal)
-    and the `min_validity` of stream/parameters.py, so the flows are the ones the node would
-    publish on ~/flow (predict, `veckm-flow egomotion` and `evaluate-egomotion` use it).
+    The node's defaults: the automatic block (automatic_block_s: 2 tau centred, tau causal),
+    the `min_validity` and the `long_context_below_px_s` of stream/parameters.py, so the flows
+    are the ones the node would publish on ~/flow (predict, `veckm-flow egomotion` and
+    `evaluate-egomotion` use it).
     """
     from veckm_flow_ros.stream.parameters import parameter_default
     options.setdefault('min_validity', parameter_default('min_validity'))
+    options.setdefault('long_context_below_px_s', parameter_default('long_context_below_px_s'))
     options.setdefault('block_s', automatic_block_s(model.tau_s, options.get('causal', False)))
     return NormalFlowEstimator(model, width, height, **options)
 
@@ -501,7 +505,8 @@ class FlowPipeline:
             max_flows_per_block=config['max_flows_per_block'],
             max_buffered_events=config['max_buffered_events'],
             confidence=config['publish_confidence'],
-            rotation_mean=config['rotation_mean_flow'], min_validity=config['min_validity'])
+            rotation_mean=config['rotation_mean_flow'], min_validity=config['min_validity'],
+            long_context_below_px_s=config['long_context_below_px_s'])
 
     def estimator_for(self, width: int, height: int) -> NormalFlowEstimator:
         """Return the estimator for this sensor size (a new one when the size changed)."""
@@ -615,6 +620,8 @@ class FlowPipeline:
         mark = marks[min(int(np.searchsorted(newest, block.ready_ns)), len(marks) - 1)]
         if block.low_validity:
             self.stats.add(low_validity_flows=block.low_validity)
+        if block.long_context:
+            self.stats.add(long_context_flows=block.long_context)
         points, t_stamp_ns = block_flow_points(block, self.config['publish_confidence'])
         if t_stamp_ns is None:
             return
