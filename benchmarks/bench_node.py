@@ -32,9 +32,10 @@ source's sensor times are divided by `speed` and played in real time (the scene 
 much faster), so each 20 ms block holds `speed` times the events, as with a busier camera.
 --mode replay: the source as recorded, played `speed` times faster (like ros2 bag play
 --rate): the node must get through `speed` sensor seconds (and blocks) per wall second.
-Configurations: `every` (a flow for every event), `stride8` (target_stride = 8) and
+Configurations: `every` (a flow for every event), `stride8` (target_stride = 8),
 `every_unfiltered` (`every` with min_validity 0: every flow published, for an A/B of the
-validity filter).
+validity filter) and `every_short` / `stride8_short` (long_context_below_px_s 0: no second look
+at slow flows, for an A/B of the long context).
 Messages: one per --packet-wall-ms of wall time (default 1 ms, like a driver cutting packets
 by time); in replay mode at speed s each carries s ms of sensor time.
 
@@ -80,7 +81,9 @@ LAG_LIMIT_S = 0.25
 QUIET_S = 2.0
 SHUTDOWN_PROBLEMS = ('terminate called', 'Traceback', 'Exception ignored', 'Segmentation')
 CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8},
-           'every_unfiltered': {'target_stride': 1, 'min_validity': 0.0}}
+           'every_unfiltered': {'target_stride': 1, 'min_validity': 0.0},
+           'every_short': {'target_stride': 1, 'long_context_below_px_s': 0.0},
+           'stride8_short': {'target_stride': 8, 'long_context_below_px_s': 0.0}}
 DRIVER_FASTDDS_PROFILE = ROOT / 'config' / 'fastdds_event_driver.xml'
 FASTDDS_PROFILE_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
 
