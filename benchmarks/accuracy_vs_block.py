@@ -17,14 +17,19 @@ Accuracy of NormalFlowEstimator vs block length, centred and causal, on simulate
 
     .venv/bin/python benchmarks/accuracy_vs_block.py --model DIR [--sequences 6]
                                                      [--block-ms 2 5 10 20 32]
+                                                     [--long-context-below-px-s 150]
 
 The held-out simulated set of evaluate.py (DAVIS346 size) is scored for every block length in
 both context modes; columns: %Pos, relative PEE (median-free mean of |PEE| / |u|), PEE in
-px/s, coverage, and the latency of the mode (centred: tau + block / 2; causal: block).
+px/s, coverage, and the latency of the mode (centred: tau + block / 2, 2 tau + block / 2 with
+the long context; causal: block). Flows slower than --long-context-below-px-s (default: the
+node's long_context_below_px_s, 150 px/s; 0 = off, the numbers measured before that default)
+are estimated again on a context twice as long, as the node does.
 """
 
 import argparse
 
+from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 from veckm_flow_ros.runtime import set_omp_wait_policy
 
 
@@ -36,25 +41,35 @@ def main():
     parser.add_argument('--duration', type=float, default=0.15, help='seconds per sequence')
     parser.add_argument('--block-ms', type=float, nargs='+', default=[2, 5, 10, 20, 32])
     parser.add_argument('--threads', type=int, default=1)
+    add_long_context_argument(parser, note='every block length and mode; 0 reproduces the '
+                              'numbers measured before that default')
     args = parser.parse_args()
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
+    long_context = args.long_context_below_px_s
 
     import numpy as np
     import torch
 
     from veckm_flow_ros.core import metrics
-    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
+    from veckm_flow_ros.core.estimator import (FlowBlock, LONG_CONTEXT_FACTOR,
+                                               NormalFlowEstimator)
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.offline import evaluate
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     sequences = evaluate.heldout_sequences(args.sequences, duration_s=args.duration)
     print(f'model {model.name}, {len(sequences)} held-out sequences of {args.duration} s, '
-          f'{sum(len(s.events) for s in sequences.values())} events')
+          f'{sum(len(s.events) for s in sequences.values())} events, long context below '
+          f'{long_context:g} px/s')
 
     def method(block_s, causal):
         def run(sequence):
             estimator = NormalFlowEstimator(model, sequence.width, sequence.height,
-                                            block_s=block_s, causal=causal)
+                                            block_s=block_s, causal=causal,
+                                            long_context_below_px_s=long_context)
             block = FlowBlock.concatenate(estimator.push(sequence.events) + estimator.flush())
             flow = np.full((len(sequence.events), 2), np.nan, np.float32)
             flow[block.event_index, 0] = block.u_px_s
@@ -75,7 +90,8 @@ def main():
     for name, row in report.sequence_mean().items():
         mode, block_ms, _ = name.split()
         block = float(block_ms)
-        latency = block if mode == 'causal' else model.tau_s * 1e3 + block / 2
+        reach_ms = model.tau_s * 1e3 * (LONG_CONTEXT_FACTOR if long_context > 0 else 1)
+        latency = block if mode == 'causal' else reach_ms + block / 2
         print(f'{mode:<8} {block:>8g} {latency:>10.1f} {100 * row["pos"]:>6.2f} '
               f'{100 * row["rel_pee"]:>8.2f}')
     del metrics

@@ -17,6 +17,7 @@ How far two flow models can agree: pairwise direction agreement, with ground tru
 
     python3 benchmarks/agreement_matrix.py [--models M ...] [--published DIR ...]
         [--recordings DIR] [--noise-hz 1.0] [--min-validity 0.5] [--max-events 300000]
+        [--long-context-below-px-s 150]
 
 "Direction agreement" is the share of events, among those both models keep, whose two flows
 lie in the same half-plane (cosine > 0): the measure of `benchmarks/compare_real.py`. On real
@@ -33,7 +34,9 @@ model from a bad one. This benchmark puts the same measure where the truth is kn
   events of each): the same pairwise agreement.
 
 Every model runs through NormalFlowEstimator at the node's defaults (its automatic block, 2
-tau centred; every event a target; the validity filter at --min-validity), one torch thread.
+tau centred; every event a target; the validity filter at --min-validity; the long context
+for flows slower than --long-context-below-px-s, default the node's 150 px/s, 0 = off as
+before that default), one torch thread; the published weights too.
 Our models are shipped names or checkpoints; the published VecKM weights (CC BY-NC) are
 read from folders (default: every folder under ../shared/data/veckm_flow_cpp_models).
 """
@@ -46,6 +49,7 @@ import time
 import numpy as np
 import torch
 
+from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 from veckm_flow_ros.core.estimator import automatic_block_s
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning.simulate import SimulatedSequence
@@ -60,10 +64,11 @@ def _log(message):
     print(message, flush=True)
 
 
-def model_flows(model, sequence, min_validity):
+def model_flows(model, sequence, min_validity, long_context_below_px_s):
     """Flow (N, 2) px/s of every event through the node's estimator; NaN where not kept."""
     prediction = evaluate.predict_with_estimator(
-        model, sequence, block_s=automatic_block_s(model.tau_s), min_validity=min_validity)
+        model, sequence, block_s=automatic_block_s(model.tau_s), min_validity=min_validity,
+        long_context_below_px_s=long_context_below_px_s)
     return prediction.flow_px_s
 
 
@@ -126,8 +131,14 @@ def main(argv=None):
                         help='validity filter of every model (the node default: 0.5)')
     parser.add_argument('--max-events', type=int, default=300_000,
                         help='events per real recording')
+    add_long_context_argument(parser, note='every model, the published weights included; 0 '
+                              'reproduces the numbers measured before that default')
     parser.add_argument('--skip-synthetic', action='store_true')
     args = parser.parse_args(argv)
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
     if not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if args.noise_hz < 0:
@@ -155,14 +166,16 @@ def main(argv=None):
         truths, signals = [], []
         for sequence in sequences.values():
             for label, model in models.items():
-                flows[label].append(model_flows(model, sequence, args.min_validity))
+                flows[label].append(model_flows(model, sequence, args.min_validity,
+                                                args.long_context_below_px_s))
             truths.append(sequence.flow_px_s)
             signals.append(~sequence.is_noise)
         flows = concatenated(flows)
         truth, signal = np.concatenate(truths), np.concatenate(signals)
         positive, rows = pair_table(labels, flows, truth, signal)
         _log(f'\nheld-out synthetic set, {len(sequences)} scenes, {args.noise_hz:g} Hz/px noise, '
-             f'min_validity {args.min_validity:g} ({time.perf_counter() - start:.0f} s): '
+             f'min_validity {args.min_validity:g}, long context below '
+             f'{args.long_context_below_px_s:g} px/s ({time.perf_counter() - start:.0f} s): '
              'signal events')
         _log(f'{"model":<36} {"%Pos (kept)":>11} {"kept %":>7}')
         for label in labels:
@@ -180,11 +193,14 @@ def main(argv=None):
         events, width, height = evaluate.decode_recording(path, args.max_events)
         sequence = SimulatedSequence(events, np.full((len(events), 2), np.nan, np.float32),
                                      np.zeros(len(events), bool), width, height)
-        flows = {label: model_flows(model, sequence, args.min_validity)
+        flows = {label: model_flows(model, sequence, args.min_validity,
+                                    args.long_context_below_px_s)
                  for label, model in models.items()}
         _, rows = pair_table(labels, flows)
         print_pairs(f'{name} ({len(events):,} events, {width}x{height}, min_validity '
-                    f'{args.min_validity:g}, {time.perf_counter() - start:.0f} s): agreement on '
+                    f'{args.min_validity:g}, long context below '
+                    f'{args.long_context_below_px_s:g} px/s, '
+                    f'{time.perf_counter() - start:.0f} s): agreement on '
                     'events both keep', rows, False)
     return 0
 

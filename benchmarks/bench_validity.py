@@ -16,11 +16,13 @@
 The validity filter (docs/validity.md): which events keep a flow, and what it costs.
 
     python3 benchmarks/bench_validity.py [--recordings DIR] [--noise-hz 1.0] [--repeats 5]
-                                         [--parts kept cost]
+                                         [--parts kept cost] [--long-context-below-px-s 150]
 
 Everything runs through NormalFlowEstimator at the node's defaults (the model's automatic
-block, 2 tau centred; every event a target; min_validity from stream/parameters.py), one
-torch thread.
+block, 2 tau centred; every event a target; min_validity and the long context for flows
+slower than long_context_below_px_s from stream/parameters.py), one torch thread.
+--long-context-below-px-s PX_S sets the latter for every run (default: the node's, 150 px/s;
+0 = off, the numbers measured before that default).
 
 kept: for each real recording (--recordings, default ../shared/data/recordings) the share of
 its events that keep a flow; for the held-out synthetic set (offline/evaluate.py) with its
@@ -58,7 +60,8 @@ def _log(message):
     print(message, flush=True)
 
 
-def make_estimator(model, width, height, min_validity, validity=True):
+def make_estimator(model, width, height, min_validity, long_context_below_px_s,
+                   validity=True):
     """Return the node's estimator for this sensor (validity=False: a constant validity)."""
     from veckm_flow_ros.core.estimator import automatic_block_s, NormalFlowEstimator
 
@@ -74,13 +77,13 @@ def make_estimator(model, width, height, min_validity, validity=True):
             self.validity_s += time.thread_time() - start
             return result
     return Timed(model, width, height, block_s=automatic_block_s(model.tau_s),
-                 min_validity=min_validity)
+                 min_validity=min_validity, long_context_below_px_s=long_context_below_px_s)
 
 
-def kept_mask(model, events, width, height, min_validity):
+def kept_mask(model, events, width, height, min_validity, long_context_below_px_s):
     """Return (bool [N]: which events got a published flow, flows float32 [N, 2])."""
     from veckm_flow_ros.core.estimator import FlowBlock
-    estimator = make_estimator(model, width, height, min_validity)
+    estimator = make_estimator(model, width, height, min_validity, long_context_below_px_s)
     blocks = []
     for start in range(0, len(events), 200_000):
         blocks += estimator.push(events[start:start + 200_000])
@@ -121,13 +124,14 @@ def recordings(directory):
     return found
 
 
-def kept_table(model, data, noise_hz, min_validity):
+def kept_table(model, data, noise_hz, min_validity, long_context_below_px_s):
     from veckm_flow_ros.core.metrics import flow_metrics
     from veckm_flow_ros.offline.evaluate import heldout_sequences
     _log(f'\nkept (min_validity {min_validity:g}): real recordings')
     _log(f'{"recording":<36} {"events":>9} {"span s":>7} {"Hz/px":>6} {"kept %":>7}')
     for name, (events, width, height) in data.items():
-        kept, _ = kept_mask(model, events, width, height, min_validity)
+        kept, _ = kept_mask(model, events, width, height, min_validity,
+                            long_context_below_px_s)
         span_s = max(int(events.t_ns[-1]) - int(events.t_ns[0]), 1) * 1e-9
         _log(f'{name:<36} {len(events):>9,} {span_s:>7.3f} '
              f'{len(events) / span_s / width / height:>6.2f} {100 * kept.mean():>7.2f}')
@@ -142,7 +146,7 @@ def kept_table(model, data, noise_hz, min_validity):
         flows, truths, kept_all, noise_all = [], [], [], []
         for sequence in sequences.values():
             kept, flow = kept_mask(model, sequence.events, sequence.width, sequence.height,
-                                   min_validity)
+                                   min_validity, long_context_below_px_s)
             flows.append(flow)
             truths.append(sequence.flow_px_s)
             kept_all.append(kept)
@@ -152,7 +156,8 @@ def kept_table(model, data, noise_hz, min_validity):
         kept, noise = np.concatenate(kept_all), np.concatenate(noise_all)
         # kept: the published flows only; all: min_validity 0 (every event has a flow).
         kept_scores = flow_metrics(flow, truth, mask=kept)
-        _, flow_all = zip(*(kept_mask(model, s.events, s.width, s.height, 0.0)
+        _, flow_all = zip(*(kept_mask(model, s.events, s.width, s.height, 0.0,
+                                      long_context_below_px_s)
                             for s in sequences.values()))
         all_scores = flow_metrics(np.concatenate(flow_all), truth)
         _log(f'{label:<22} {int((~noise).sum()):>10,} {int(noise.sum()):>9,} '
@@ -169,7 +174,8 @@ def packets_of(events):
     return [events[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def block_cpu_s(model, packets, width, height, variant, min_validity):
+def block_cpu_s(model, packets, width, height, variant, min_validity,
+                long_context_below_px_s):
     """
     Return the CPU time per block [s], flows per block and the validity step's CPU share.
 
@@ -178,7 +184,7 @@ def block_cpu_s(model, packets, width, height, variant, min_validity):
     from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
     estimator = make_estimator(model, width, height,
                                min_validity if variant == 'default' else 0.0,
-                               validity=variant != 'none')
+                               long_context_below_px_s, validity=variant != 'none')
     estimator.warm_up()
     blocks = flows = 0
     start = time.thread_time()
@@ -192,7 +198,7 @@ def block_cpu_s(model, packets, width, height, variant, min_validity):
     return total_s / max(blocks, 1), flows / max(blocks, 1), estimator.validity_s / total_s
 
 
-def cost_table(model, data, repeats, min_validity):
+def cost_table(model, data, repeats, min_validity, long_context_below_px_s):
     _log(f'\ncost: CPU ms per block ({repeats} interleaved repeats, 1 thread), estimator + '
          '~/flow points; median and fastest repeat, each against `none`')
     _log(f'{"input":<36} {"variant":<8} {"flows/block":>11} {"median ms":>9} {"vs none":>8} '
@@ -203,8 +209,9 @@ def cost_table(model, data, repeats, min_validity):
         flows, shares = {}, {variant: [] for variant in times}
         for _ in range(repeats):
             for variant in times:
-                seconds, flows[variant], share = block_cpu_s(model, packets, width, height,
-                                                             variant, min_validity)
+                seconds, flows[variant], share = block_cpu_s(
+                    model, packets, width, height, variant, min_validity,
+                    long_context_below_px_s)
                 times[variant].append(seconds)
                 shares[variant].append(share)
         median, fastest = np.median(times['none']), np.min(times['none'])
@@ -216,6 +223,7 @@ def cost_table(model, data, repeats, min_validity):
 
 
 def main():
+    from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
     from veckm_flow_ros.runtime import set_omp_wait_policy
     set_omp_wait_policy()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
@@ -227,20 +235,28 @@ def main():
     parser.add_argument('--repeats', type=int, default=5, help='interleaved cost repeats')
     parser.add_argument('--parts', nargs='+', default=['kept', 'cost'],
                         choices=('kept', 'cost'))
+    add_long_context_argument(parser, note='every run; 0 reproduces the numbers measured '
+                              'before that default')
     args = parser.parse_args()
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
     torch.set_num_threads(1)
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.stream.parameters import parameter_default
     model = load_model(args.model)
     min_validity = parameter_default('min_validity')
     _log(f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), '
-         f'block {2 * model.tau_s * 1e3:g} ms centred, min_validity {min_validity:g}, torch '
-         f'{torch.__version__}, 1 thread')
+         f'block {2 * model.tau_s * 1e3:g} ms centred, min_validity {min_validity:g}, long '
+         f'context below {args.long_context_below_px_s:g} px/s, torch {torch.__version__}, '
+         '1 thread')
     data = available_recordings(args.recordings)
     if 'kept' in args.parts:
-        kept_table(model, data, args.noise_hz, min_validity)
+        kept_table(model, data, args.noise_hz, min_validity, args.long_context_below_px_s)
     if 'cost' in args.parts:
-        cost_table(model, cost_inputs(data), args.repeats, min_validity)
+        cost_table(model, cost_inputs(data), args.repeats, min_validity,
+                   args.long_context_below_px_s)
 
 
 if __name__ == '__main__':

@@ -36,6 +36,9 @@ Each row also carries both models' warp score (offline/warp_score.py; median con
 s = 1 and the best flow scale). --min-validity V applies the validity filter: flows whose
 estimator validity (FlowBlock.validity) is below V are dropped from the agreement, the warp
 score and the pictures (black); it needs an estimator that reports a validity.
+--long-context-below-px-s PX_S: both models estimate their flows slower than PX_S again on
+the long context, as the node (default: the node's long_context_below_px_s, 150 px/s; 0 =
+off, the numbers measured before that default).
 """
 
 import argparse
@@ -48,6 +51,7 @@ import cv2
 import numpy as np
 import torch
 
+from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning.simulate import SimulatedSequence
 from veckm_flow_ros.offline import evaluate, visualize, warp_score
@@ -148,7 +152,7 @@ def window_panel(events, width, height, ours, theirs, cosine, labels, zoom):
 
 def compare_recording(path, ours, published, max_events, windows, window_events, out_dir,
                       ours_label, published_label, mean_flow=False, published_mean_flow=False,
-                      min_validity=None):
+                      min_validity=None, long_context_below_px_s=0.0):
     """Run both models on one recording; write the window PNGs; return the agreement row."""
     events, width, height = evaluate.decode_recording(path, max_events)
     if not len(events):
@@ -156,11 +160,12 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
     sequence = SimulatedSequence(events, np.full((len(events), 2), np.nan, np.float32),
                                  np.zeros(len(events), bool), width, height)
     start = time.process_time()
-    mine = evaluate.valid_flow(evaluate.predict_with_estimator(ours, sequence,
-                                                               mean_flow=mean_flow),
-                               min_validity)
+    mine = evaluate.valid_flow(evaluate.predict_with_estimator(
+        ours, sequence, mean_flow=mean_flow, long_context_below_px_s=long_context_below_px_s),
+        min_validity)
     theirs = evaluate.valid_flow(evaluate.predict_with_estimator(
-        published, sequence, mean_flow=published_mean_flow), min_validity)
+        published, sequence, mean_flow=published_mean_flow,
+        long_context_below_px_s=long_context_below_px_s), min_validity)
     cpu_s = time.process_time() - start
     cosine, scored = cosine_between(mine, theirs)
     with np.errstate(divide='ignore', invalid='ignore'):
@@ -178,6 +183,7 @@ def compare_recording(path, ours, published, max_events, windows, window_events,
                'agree_half_plane': float(np.mean(cosine[dense] > 0)) if dense.any()
                else float('nan')},
            'cpu_s_both_models': round(cpu_s, 1), 'min_validity': min_validity,
+           'long_context_below_px_s': long_context_below_px_s,
            'kept_share': {'ours': float(np.isfinite(mine).all(axis=1).mean()),
                           'published': float(np.isfinite(theirs).all(axis=1).mean())},
            'warp_score': {
@@ -230,10 +236,16 @@ def main(argv=None):
     parser.add_argument('--min-validity', type=float, default=None,
                         help='validity filter: drop flows whose estimator validity is below '
                              'this (0..1; the node publishes with 0.5, stream/parameters.py)')
+    add_long_context_argument(parser, note='both models, the published weights included; 0 '
+                              'reproduces the numbers measured before that default')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
     if args.min_validity is not None and not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     ours = load_model(args.model)
@@ -263,7 +275,8 @@ def main(argv=None):
     for path in sorted(p for p in args.recordings.iterdir() if p.is_dir()):
         row = compare_recording(path, ours, published, args.max_events, args.windows,
                                 args.window_events, args.out, ours_label, published_label,
-                                args.mean_flow, args.published_mean_flow, args.min_validity)
+                                args.mean_flow, args.published_mean_flow, args.min_validity,
+                                args.long_context_below_px_s)
         if row is None:
             _log(f'{path.name}: no CD events')
             continue
@@ -283,6 +296,7 @@ def main(argv=None):
             _log(f'  {picture}')
     (args.out / 'agreement.json').write_text(json.dumps(
         {'model': ours_label, 'published': published_label, 'min_validity': args.min_validity,
+         'long_context_below_px_s': args.long_context_below_px_s,
          'recordings': rows}, indent=1))
     _log(f'wrote {args.out / "agreement.json"}')
     return 0

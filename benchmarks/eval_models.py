@@ -31,6 +31,11 @@ Accuracy of the shipped models against the published weights and plane fitting.
    and lie within 45 degrees; also on the events where both models' rotation-ensemble
    confidences reach 0.3 / 0.5 (structure rather than background noise).
 
+Every model, ours and the published weights alike, runs through NormalFlowEstimator with the
+node's long context: flows slower than --long-context-below-px-s (default: the node's
+long_context_below_px_s, 150 px/s) are estimated again on a context twice as long; 0 turns
+it off (the numbers measured before that default).
+
 The published weights (CC BY-NC) are only read from --published; nothing of them is stored.
 Prints tables; with --out also writes results.json and speed.png.
 """
@@ -44,6 +49,7 @@ import time
 import numpy as np
 import torch
 
+from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 from veckm_flow_ros.core import metrics
 from veckm_flow_ros.core.estimator import automatic_block_s
 from veckm_flow_ros.core.model import list_shipped_models, load_model
@@ -69,11 +75,13 @@ def _log(message):
     print(message, flush=True)
 
 
-def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False):
+def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False,
+                   long_context_below_px_s=0.0):
     """
     Per recording: share of events where both flows agree in direction.
 
     mean_flow: our flow is the rotation-ensemble mean (the published one stays plain).
+    long_context_below_px_s: both models' long context (NormalFlowEstimator; 0 = off).
     """
     from veckm_flow_ros.learning.simulate import SimulatedSequence
     rows = {}
@@ -86,9 +94,12 @@ def real_agreement(ours, published, recordings_dir, max_events, mean_flow=False)
                                      np.zeros(len(events), bool), width, height)
         # The plain flows are those of a run without confidence; the confidences split the
         # events into structured ones (both models confident) and the rest (mostly noise).
-        mine = evaluate.predict_with_estimator(ours, sequence, with_confidence=True,
-                                               mean_flow=mean_flow)
-        theirs = evaluate.predict_with_estimator(published, sequence, with_confidence=True)
+        mine = evaluate.predict_with_estimator(
+            ours, sequence, with_confidence=True, mean_flow=mean_flow,
+            long_context_below_px_s=long_context_below_px_s)
+        theirs = evaluate.predict_with_estimator(
+            published, sequence, with_confidence=True,
+            long_context_below_px_s=long_context_below_px_s)
         a, b = mine.flow_px_s, theirs.flow_px_s
         na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
         scored = np.isfinite(na) & np.isfinite(nb) & (na > 0) & (nb > 0)
@@ -167,9 +178,15 @@ def main(argv=None):
     parser.add_argument('--block-ms', type=float, default=0.0,
                         help='estimator block length [ms] for the held-out set; 0 (default): '
                              "each model's automatic block, 2 tau, as the node and replay")
+    add_long_context_argument(parser, note='every model, the published weights included; 0 '
+                              'reproduces the numbers measured before that default')
     parser.add_argument('--out', type=pathlib.Path, default=None)
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.published.is_dir():
@@ -190,18 +207,24 @@ def main(argv=None):
             return 1
     published = {folder: load_model(args.published / folder) for folder in partners
                  if (args.published / folder).is_dir()}
-    results = {}
+    results = {'long_context_below_px_s': args.long_context_below_px_s}
 
     start = time.perf_counter()
 
     def block_s(model):
         return args.block_ms * 1e-3 or automatic_block_s(model.tau_s)
-    methods = {name: evaluate.model_method(model, block_s(model)) for name, model in ours.items()}
+
+    def model_method(model, **options):
+        """Return the method of `model` at its block and the long context of the flag."""
+        return evaluate.model_method(model, block_s(model),
+                                     long_context_below_px_s=args.long_context_below_px_s,
+                                     **options)
+    _log(f'long context below {args.long_context_below_px_s:g} px/s (every model)')
+    methods = {name: model_method(model) for name, model in ours.items()}
     if args.mean_flow:
-        methods.update({f'{name} mean4': evaluate.model_method(model, block_s(model),
-                                                               mean_flow=True)
+        methods.update({f'{name} mean4': model_method(model, mean_flow=True)
                         for name, model in ours.items()})
-    methods.update({f'published {name}': evaluate.model_method(model, block_s(model))
+    methods.update({f'published {name}': model_method(model)
                     for name, model in published.items()})
     if not args.no_planefit:
         methods['plane fit'] = evaluate.planefit_method()
@@ -276,7 +299,7 @@ def main(argv=None):
     # Confidence curve of each of our models.
     results['confidence'] = {}
     for name, model in ([] if args.skip_confidence else ours.items()):
-        method = evaluate.model_method(model, block_s(model), with_confidence=True)
+        method = model_method(model, with_confidence=True)
         flows, scores = [], []
         for sequence in sequences.values():
             prediction = method(sequence)
@@ -300,7 +323,7 @@ def main(argv=None):
             if partner not in published:
                 continue
             rows = real_agreement(model, published[partner], args.recordings, args.real_events,
-                                  mean_flow)
+                                  mean_flow, args.long_context_below_px_s)
             results['real'][name] = rows
             _log(f'\nreal recordings, {name} vs published {partner}:')
             for recording, row in rows.items():

@@ -41,6 +41,10 @@ end in "@ B ms").
 
 --min-validity V scores only the flows whose estimator validity (FlowBlock.validity) is at
 least V; plane fitting, which has no validity, keeps its own acceptance test.
+
+--long-context-below-px-s PX_S: every model (ours and the published weights) estimates its
+flows slower than PX_S again on the long context, as the node (default: the node's
+long_context_below_px_s, 150 px/s; 0 = off, the numbers measured before that default).
 The published weights (CC BY-NC) are only read from --published-dir.
 """
 
@@ -52,6 +56,7 @@ import time
 import numpy as np
 import torch
 
+from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning import simulate
 from veckm_flow_ros.offline import evaluate, warp_score
@@ -175,6 +180,8 @@ def main(argv=None):
     parser.add_argument('--block-ms', type=float, nargs='+', default=[5.0],
                         help="estimator block length(s) [ms] of the models (0: the node's "
                              'automatic 2 tau)')
+    add_long_context_argument(parser, note='every model, the published weights included; 0 '
+                              'reproduces the numbers measured before that default')
     parser.add_argument('--no-planefit', action='store_true', help='leave plane fitting out')
     parser.add_argument('--threads', type=int, default=None)
     args = parser.parse_args(argv)
@@ -186,6 +193,10 @@ def main(argv=None):
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if any(not 0 <= block_ms <= 1000 for block_ms in args.block_ms):
         parser.error(f'--block-ms must be in [0, 1000] ms (0: automatic), got {args.block_ms}')
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
     from veckm_flow_ros.core.estimator import automatic_block_s
 
     def model_methods(label, model):
@@ -194,7 +205,8 @@ def main(argv=None):
         for block_ms in args.block_ms:
             block_s = block_ms * 1e-3 or automatic_block_s(model.tau_s)
             suffix = f' @ {block_s * 1e3:g} ms' if len(args.block_ms) > 1 else ''
-            found[label + suffix] = evaluate.model_method(model, block_s)
+            found[label + suffix] = evaluate.model_method(
+                model, block_s, long_context_below_px_s=args.long_context_below_px_s)
         return found
     ours = load_model(args.model)
     methods = model_methods(f'ours {ours.name}', ours)
@@ -208,7 +220,8 @@ def main(argv=None):
     if not args.no_planefit:
         methods['plane fit'] = evaluate.planefit_method()
     _log(f'methods: {", ".join(methods)}; torch threads {torch.get_num_threads()}; '
-         f'min validity {args.min_validity}')
+         f'min validity {args.min_validity}; long context below '
+         f'{args.long_context_below_px_s:g} px/s')
 
     if args.set in ('simulated', 'both'):
         sequences, extra = {}, {}

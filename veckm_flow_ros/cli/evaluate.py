@@ -21,6 +21,11 @@ node and of replay); scoring, the baseline and the plot come from veckm_flow_ros
 and metrics.py: %Pos, PEE in px/s, relative PEE and coverage, per sequence, pooled over all
 events and averaged over sequences.
 
+Flows slower than `--long-context-below-px-s` (default: the node's long_context_below_px_s,
+150 px/s) are estimated again on the long context, for every model scored; 0 turns it off.
+`--min-validity` (default 0: every flow scored) and `--block-ms` (default 10 ms) are the
+evaluation's own defaults, not the node's.
+
 `--set heldout|dense|lowcontrast` adds a simulated evaluation set of offline/evaluate.py
 (simulated for --duration seconds when given).
 
@@ -32,6 +37,7 @@ sequence when any SEQ is a bag or with --warp-score.
 import pathlib
 
 from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 
 BASELINES = {'planefit': 'plane fit'}
 SETS = ('heldout', 'dense', 'lowcontrast')
@@ -82,6 +88,7 @@ def register(subparsers):
                         help='score only the flows of validity at least this, as the node '
                              'publishes them (0..1; 0 keeps every flow; the node uses 0.5, '
                              'docs/validity.md)')
+    add_long_context_argument(parser, note='applies to --model and every --compare-model')
     parser.add_argument('--warp-score', action='store_true',
                         help='print the warp score table also when every SEQ has ground truth '
                              '(it then has a row for the ground-truth flow)')
@@ -124,6 +131,7 @@ def run(args) -> int:
         raise ValueError(f'--warp-window-ms must be > 0, got {args.warp_window_ms}')
     if not 0.0 <= args.min_validity <= 1.0:
         raise ValueError(f'--min-validity must be in [0, 1], got {args.min_validity}')
+    check_long_context_argument(args)
     if args.warp_min_events < 1:
         raise ValueError(f'--warp-min-events must be >= 1, got {args.warp_min_events}')
     if not args.sequences and not args.sets:
@@ -144,17 +152,19 @@ def run(args) -> int:
         truth = '' if evaluate.has_ground_truth(sequence) else ', no ground truth'
         print(f'{name}: {len(sequence):,} events, {sequence.width}x{sequence.height}{truth}')
     model_name = f'VecKM {model.name}'
+    long_context = args.long_context_below_px_s
     methods = {model_name: evaluate.model_method(model, block_s=args.block_ms * 1e-3,
                                                  with_confidence=args.confidence,
                                                  device=args.device,
-                                                 min_validity=args.min_validity)}
+                                                 min_validity=args.min_validity,
+                                                 long_context_below_px_s=long_context)}
     for other in others:
         name = f'VecKM {other.name}'
         while name in methods:
             name += '+'
         methods[name] = evaluate.model_method(
             other, block_s=args.block_ms * 1e-3, device=args.device,
-            min_validity=args.min_validity)
+            min_validity=args.min_validity, long_context_below_px_s=long_context)
     for baseline in dict.fromkeys(args.baseline):
         methods[BASELINES[baseline]] = evaluate.planefit_method()
     report = evaluate.evaluate(methods, sequences)

@@ -89,15 +89,20 @@ def check_min_validity_argument(args):
         raise ValueError(f'--min-validity must be in [0, 1] (0 keeps every flow), got {value:g}')
 
 
-def add_long_context_argument(parser):
-    """Add --long-context-below-px-s, defaulting to the node's parameter (shared with predict)."""
+def add_long_context_argument(parser, note: str = ''):
+    """
+    Add --long-context-below-px-s, defaulting to the node's parameter.
+
+    Shared with predict, evaluate and the accuracy benchmarks; `note` ends the help text.
+    """
     from veckm_flow_ros.stream.parameters import parameter_default
     default = parameter_default('long_context_below_px_s')
     parser.add_argument('--long-context-below-px-s', type=float, default=default,
                         metavar='PX_S',
                         help='estimate kept flows slower than PX_S [px/s] again on a context '
                              "twice as long, as the node's long_context_below_px_s (default: "
-                             f'{default:g}; 0 = off; centred blocks are ready about tau later)')
+                             f'{default:g}; 0 = off; centred blocks are ready about tau later)'
+                             + (f'; {note}' if note else ''))
 
 
 def check_long_context_argument(args):

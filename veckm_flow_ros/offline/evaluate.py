@@ -95,17 +95,19 @@ Method = Callable[[SimulatedSequence], Prediction]
 
 def model_method(model, block_s: float = 0.005, with_confidence: bool = False,
                  num_rotations: int = 4, device: str = 'cpu', mean_flow: bool = False,
-                 min_validity: float = 0.0) -> Method:
+                 min_validity: float = 0.0, long_context_below_px_s: float = 0.0) -> Method:
     """
     Return a method that runs `model` through NormalFlowEstimator on all events.
 
     mean_flow: the flow is the mean of the rotation ensemble (confidence.py) instead of the
     plain prediction (4 encodings per target; the confidence comes with it). min_validity:
     the estimator leaves out flows of lower validity (0 keeps every flow; the node uses 0.5).
+    long_context_below_px_s: kept flows slower than this [px/s] are estimated again on the
+    long context (NormalFlowEstimator; 0 = off; the node uses its parameter of that name).
     """
     def run(sequence: SimulatedSequence) -> Prediction:
         return predict_with_estimator(model, sequence, block_s, with_confidence, num_rotations,
-                                      device, mean_flow, min_validity)
+                                      device, mean_flow, min_validity, long_context_below_px_s)
     return run
 
 
@@ -122,13 +124,16 @@ def planefit_method(**params) -> Method:
 def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 0.005,
                            with_confidence: bool = False, num_rotations: int = 4,
                            device: str = 'cpu', mean_flow: bool = False,
-                           min_validity: float = 0.0) -> Prediction:
+                           min_validity: float = 0.0,
+                           long_context_below_px_s: float = 0.0) -> Prediction:
     """
     Flow (and confidence) of every event of `sequence`, through NormalFlowEstimator.
 
     mean_flow: the flow is the rotation-ensemble mean (NormalFlowEstimator rotation_mean);
     blocks and context are unchanged. min_validity: the estimator's filter (flows below it
-    are NaN, as where no flow was computed).
+    are NaN, as where no flow was computed). long_context_below_px_s: the estimator's second
+    look at slow flows [px/s] (0 = off, the default here; the node's parameter defaults to
+    150 px/s: stream/parameters.py).
     """
     from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     if (with_confidence or mean_flow) and num_rotations != 4:
@@ -136,7 +141,8 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
                          f'{num_rotations}')
     estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
                                     block_s=block_s, confidence=with_confidence,
-                                    rotation_mean=mean_flow, min_validity=min_validity)
+                                    rotation_mean=mean_flow, min_validity=min_validity,
+                                    long_context_below_px_s=long_context_below_px_s)
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)
