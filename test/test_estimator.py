@@ -243,6 +243,20 @@ def test_long_context_streaming_equals_one_shot_and_counts(causal, stride):
     assert len(whole) == len(plain_flows)
 
 
+def test_long_context_inactive_blocks_are_the_plain_ones_and_counted():
+    events = random_stream(n=12000, duration_ns=60_000_000, seed=15)
+    plain = run_chunked(NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT), events, seed=16)
+    estimator = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, long_context_below_px_s=1e6)
+    first = FlowBlock.concatenate(estimator.push(events[:6000]))
+    estimator.long_context_active = False  # blocks prepared from now on skip it
+    rest = FlowBlock.concatenate(estimator.push(events[6000:]) + estimator.flush())
+    assert first.long_context == len(first) > 0 and first.long_context_skipped == 0
+    assert rest.long_context == 0 and rest.long_context_skipped == \
+        estimator.long_context_skipped_blocks > 0
+    np.testing.assert_array_equal(rest.u_px_s, plain.u_px_s[len(first):])
+    assert not np.array_equal(first.u_px_s, plain.u_px_s[:len(first)])
+
+
 def test_long_context_jobs_in_threads_equal_push_iter():
     from concurrent.futures import ThreadPoolExecutor
     events = random_stream(n=20000, duration_ns=100_000_000, seed=13)

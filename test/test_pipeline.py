@@ -20,6 +20,7 @@ shipped default model and the compiled extension.
 """
 
 import dataclasses
+import itertools
 import sys
 import threading
 import time
@@ -204,7 +205,9 @@ def test_blocks_computed_by_the_pool_equal_one_at_a_time(model):
     outputs = []
     for threads in (1, 3):
         published = Published()
-        pipeline = make_pipeline(model, published, block_ms=5.0, compute_threads=threads)
+        # Without the long context: a saturated pool would skip it (the next test).
+        pipeline = make_pipeline(model, published, block_ms=5.0, compute_threads=threads,
+                                 long_context_below_px_s=0.0)
         pipeline.inline_when_idle = False  # every block through the pool when it has one
         ran_in = []
         steps = pipeline._decode_batch(packets)
@@ -229,6 +232,46 @@ def test_blocks_computed_by_the_pool_equal_one_at_a_time(model):
     one_at_a_time, pooled = outputs
     assert len(one_at_a_time) >= 25
     assert pooled == one_at_a_time
+
+
+@pytest.mark.parametrize('threads', [1, 2])
+def test_blocks_skip_the_long_context_while_the_pipeline_is_behind(model, threads):
+    """
+    While the pipeline is behind (input waiting, every compute thread busy) the blocks it
+    prepares skip the long context's second look: their flows are the plain ones, the others
+    have it, and the skipped blocks are counted.
+    """
+    packets = evt3_packets(duration_s=0.15)
+    runs = {}
+    # 1e6 px/s: every flow gets the second look (the edges here are faster than 150 px/s).
+    for name, long_context in (('plain', 0.0), ('long', 1e6), ('alternating', 1e6)):
+        published = Published()
+        pipeline = make_pipeline(model, published, block_ms=8.0, compute_threads=threads,
+                                 long_context_below_px_s=long_context)
+        if name == 'alternating':  # the load signal, scripted: behind for every other block
+            calls = itertools.count()
+            pipeline._behind = lambda: next(calls) % 2 == 1
+        steps = pipeline._decode_batch(packets)
+        pipeline.estimator_for(640, 480)
+        pipeline._estimate(steps[1:])
+        pipeline._publish_computed(wait_s=None, everything=True)
+        pipeline.stop()
+        runs[name] = ([points.tobytes() for points in published.points], pipeline.stats.totals)
+    plain, long, alternating = (runs[name][0] for name in ('plain', 'long', 'alternating'))
+    # (the long context's last block waits for 2 tau of input after it, not tau)
+    assert len(long) == len(alternating) >= 15 and len(plain) >= len(long)
+    # Every block is either the plain or the long one; blocks without slow flows are both.
+    assert all(block in (plain_block, long_block)
+               for block, plain_block, long_block in zip(alternating, plain, long))
+    skipped = sum(block == plain_block != long_block
+                  for block, plain_block, long_block in zip(alternating, plain, long))
+    kept = sum(block == long_block != plain_block
+               for block, plain_block, long_block in zip(alternating, plain, long))
+    totals = runs['alternating'][1]
+    assert totals['long_context_skipped_blocks'] >= skipped >= 5 and kept >= 5
+    assert 0 < totals['long_context_flows'] < runs['long'][1]['long_context_flows']
+    assert runs['long'][1]['long_context_skipped_blocks'] == 0
+    assert runs['plain'][1]['long_context_flows'] == 0
 
 
 def _run_threads(pipeline, packets, timeout_s=30.0):

@@ -83,7 +83,9 @@ class FlowBlock:
     validity float32[M] in [0, 1) (core/validity.py; higher = more moving structure around
     the event) or None for blocks built by hand; low_validity: flows of the block left out
     because their validity was below the estimator's min_validity; long_context: flows of the
-    block estimated again with the long context (long_context_below_px_s).
+    block estimated again with the long context (long_context_below_px_s);
+    long_context_skipped: 1 if the block was computed without that second look although it
+    is on (long_context_active was False: a live caller that was behind), else 0.
     """
 
     event_index: np.ndarray
@@ -98,6 +100,7 @@ class FlowBlock:
     validity: Optional[np.ndarray] = None
     low_validity: int = 0
     long_context: int = 0
+    long_context_skipped: int = 0
 
     def __len__(self):
         return len(self.event_index)
@@ -118,7 +121,9 @@ class FlowBlock:
                          join('u_px_s'), join('v_px_s'), blocks[-1].t_newest_ns,
                          confidence=join('confidence'), validity=join('validity'),
                          low_validity=sum(block.low_validity for block in blocks),
-                         long_context=sum(block.long_context for block in blocks))
+                         long_context=sum(block.long_context for block in blocks),
+                         long_context_skipped=sum(block.long_context_skipped
+                                                  for block in blocks))
 
 
 def automatic_block_s(tau_s: float, causal: bool = False) -> float:
@@ -309,7 +314,9 @@ class NormalFlowEstimator:
     long_context_below_px_s: kept flows slower than this [px/s] are estimated again with a
     context LONG_CONTEXT_FACTOR times as long (module docstring; counted in
     long_context_flows); 0 = off. The node, replay and predict pass the parameter of the same
-    name (stream/parameters.py).
+    name (stream/parameters.py). A live caller that falls behind may set the attribute
+    long_context_active to False: blocks prepared meanwhile skip the second look (their flows
+    are the plain ones; counted in long_context_skipped_blocks), until it is True again.
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
@@ -366,6 +373,9 @@ class NormalFlowEstimator:
         self.low_validity_flows = 0
         # Flows replaced by their estimate with the long context (long_context_below_px_s).
         self.long_context_flows = 0
+        # Blocks prepared while long_context_active was False (their flows are the plain ones).
+        self.long_context_active = True
+        self.long_context_skipped_blocks = 0
         self._count_lock = threading.Lock()  # jobs of push_jobs count from several threads
         self._buffer_warned_s = -math.inf  # when the buffer-full warning was last logged
         self.time_resets = 0
@@ -588,9 +598,11 @@ class NormalFlowEstimator:
         context_low, context_high = self._context_range(block_start)
         low, high = buffer.search(context_low), buffer.search(context_high, 'right')
         long_context = long_targets = None
-        ready_ns = context_high
-        if self._long_model is not None:
-            long_low_ns, ready_ns = self._context_range(block_start, self._reach_ns)
+        ready_ns = self._context_range(block_start, self._reach_ns)[1]
+        skipped = int(self._long_model is not None and not self.long_context_active)
+        self.long_context_skipped_blocks += skipped
+        if self._long_model is not None and not skipped:
+            long_low_ns = self._context_range(block_start, self._reach_ns)[0]
             long_low = buffer.search(long_low_ns)
             long_high = buffer.search(ready_ns, 'right')
             long_context, long_targets = self._context(targets, long_low, long_high, copy)
@@ -625,7 +637,7 @@ class NormalFlowEstimator:
             flow = flow.cpu().numpy()
             confidence = None if confidence is None else confidence.cpu().numpy()
             block = self._published_block(flow, confidence, validity.cpu().numpy(), about)
-            block.long_context = again
+            block.long_context, block.long_context_skipped = again, skipped
             return block
         return job
 

@@ -32,7 +32,8 @@ Publications (reliable, volatile; keep last 100 for ~/flow, 10 for the others)
                    events/s, flows/s, latency p50/p99 [ms] (event time -> publish), seq gaps,
                    dropped packets, decode problems, stream resets, time sync jumps, queue
                    fill, flows left out for low validity, flows estimated again with the
-                   long context (long_context_below_px_s).
+                   long context (long_context_below_px_s), blocks that skipped it while the
+                   node was behind.
 
 Parameters: stream/parameters.py (PARAMETERS: names, types, ranges, units, defaults;
 config/veckm_flow.yaml mirrors the defaults). All are read-only except image_max_speed_px_s.
@@ -267,6 +268,8 @@ class VecKMFlowNode(Node):
                 str(totals['low_validity_flows']),
             'flows estimated again with the long context, slower than '
             'long_context_below_px_s (total)': str(totals['long_context_flows']),
+            'blocks computed without the long context while the node was behind (total)':
+                str(totals['long_context_skipped_blocks']),
         }
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: normal flow',
                                   message=message, hardware_id=self._frame_id,

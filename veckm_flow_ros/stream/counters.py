@@ -80,7 +80,8 @@ class Statistics(PeriodCounters):
              'missed_packets',
              'dropped_packets', 'dropped_events', 'decode_problems', 'bad_packets',
              'failed_blocks', 'estimator_resets', 'time_sync_jumps', 'implausible_stamps',
-             'images', 'low_validity_flows', 'long_context_flows')
+             'images', 'low_validity_flows', 'long_context_flows',
+             'long_context_skipped_blocks')
 
     def __init__(self):
         self._latencies_ms = collections.deque(maxlen=LATENCY_SAMPLES)

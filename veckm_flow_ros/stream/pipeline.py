@@ -566,28 +566,39 @@ class FlowPipeline:
                                      f'({self.stats.totals["estimator_resets"]} stream resets '
                                      'so far)')
 
+    def _behind(self) -> bool:
+        """True while input waits for the estimate thread or every compute thread is busy."""
+        return not self._decoded.empty() or len(self._in_flight) >= self.compute_threads
+
     def _push_blocks(self, events: EventArray, marks: list):
         newest = np.array([mark.newest_ns for mark in marks], dtype=np.int64)
+        estimator = self.estimator
+        # Behind: the next blocks skip the long context's second look (counted) and the node
+        # catches up at the plain cost instead of dropping input; set before each block is
+        # prepared (the iterators prepare a block when asked for it).
+        estimator.long_context_active = not self._behind()
         if self._compute_pool is None:
-            for block in self.estimator.push_iter(events):
+            for block in estimator.push_iter(events):
                 if self._stop.is_set():
                     return
                 self._publish_marked(block, newest, marks)
+                estimator.long_context_active = not self._behind()
             return
         # Blocks computed by the pool, at most compute_threads at once (each job holds a
         # copy of its context: memory stays bounded), published in order. While the node
         # keeps up (nothing computing, no decoded batch waiting) a block is computed here,
         # its ops spread over this thread's torch threads: the lowest latency.
-        for job in self.estimator.push_jobs(events):
+        for job in estimator.push_jobs(events):
             if self._stop.is_set():
                 return
             if self.inline_when_idle and not self._in_flight and self._decoded.empty():
                 self._publish_marked(job(), newest, marks)
-                continue
-            self._in_flight.append((self._compute_pool.submit(job), newest, marks))
-            while len(self._in_flight) > self.compute_threads:
-                self._publish_computed(wait_s=None)
-            self._publish_computed(wait_s=0.0, everything=True)
+            else:
+                self._in_flight.append((self._compute_pool.submit(job), newest, marks))
+                while len(self._in_flight) > self.compute_threads:
+                    self._publish_computed(wait_s=None)
+                self._publish_computed(wait_s=0.0, everything=True)
+            estimator.long_context_active = not self._behind()
 
     def _publish_computed(self, wait_s: Optional[float], everything: bool = False):
         """
@@ -622,6 +633,8 @@ class FlowPipeline:
             self.stats.add(low_validity_flows=block.low_validity)
         if block.long_context:
             self.stats.add(long_context_flows=block.long_context)
+        if block.long_context_skipped:
+            self.stats.add(long_context_skipped_blocks=block.long_context_skipped)
         points, t_stamp_ns = block_flow_points(block, self.config['publish_confidence'])
         if t_stamp_ns is None:
             return
