@@ -80,6 +80,11 @@ WIDTH, HEIGHT = 640, 480
 LAG_LIMIT_S = 0.25
 QUIET_S = 2.0
 SHUTDOWN_PROBLEMS = ('terminate called', 'Traceback', 'Exception ignored', 'Segmentation')
+# /diagnostics keys of the flow node's long context (ros/node.py).
+LONG_CONTEXT_KEY = ('flows estimated again with the long context, slower than '
+                    'long_context_below_px_s (total)')
+LONG_CONTEXT_SKIPPED_KEY = ('blocks computed without the long context while the node was '
+                            'behind (total)')
 CONFIGS = {'every': {'target_stride': 1}, 'stride8': {'target_stride': 8},
            'every_unfiltered': {'target_stride': 1, 'min_validity': 0.0},
            'every_short': {'target_stride': 1, 'long_context_below_px_s': 0.0},
@@ -410,6 +415,9 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
         dropped = int(diagnostics.get('dropped packets (total)', -1))
         lost = int(diagnostics.get('packets lost upstream (total)', -1))
         flows = int(records[:, 2].sum())
+        again = int(diagnostics.get(LONG_CONTEXT_KEY, 0))
+        skipped_blocks = int(diagnostics.get(LONG_CONTEXT_SKIPPED_KEY, 0))
+        flows_total = int(diagnostics.get('flows (total)', 0))
         span_s = (records[-1, 0] - records[0, 0]) * 1e-9 if len(records) > 1 else float('nan')
         row = {
             'config': config_name, 'source': source, 'speed': speed,
@@ -418,6 +426,10 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             # How long the output went on after the input stopped: > tau + ~0.1 s = lagging.
             'lag_s': (records[-1, 0] - publish_end_ns) * 1e-9 if len(records) else float('nan'),
             'dropped': dropped, 'lost': lost,
+            # Share of the published flows the long context estimated again, and the blocks
+            # that skipped it because the node was behind (long_context_below_px_s).
+            'long_context_percent': 100 * again / max(flows_total, 1),
+            'long_context_skipped_blocks': skipped_blocks,
             'p50_ms': float(np.percentile(latency_ms, 50)) if len(records) else float('nan'),
             'p99_ms': float(np.percentile(latency_ms, 99)) if len(records) else float('nan'),
             'p99_oldest_ms': (float(np.percentile(oldest_ms, 99)) if len(records)
@@ -457,7 +469,7 @@ def print_table(rows):
     header = (f'{"config":8} {"source":9} {"speed":>5} {"in Mev/s":>9} {"Mflow/s":>8} '
               f'{"drops":>11} {"p50 ms":>7} {"p99 ms":>7} {"p99 old":>7} {"lag s":>6} '
               f'{"CPU %":>6} {"harn %":>6} {"pub late":>9} '
-              f'{"RSS MiB":>8} sustained')
+              f'{"RSS MiB":>8} {"2nd %":>6} {"skip":>5} sustained')
     print(header)
     print('-' * len(header))
     for r in rows:
@@ -469,9 +481,12 @@ def print_table(rows):
               f'{r["input_events_s"] / 1e6:>9.2f} {r["flows_s"] / 1e6:>8.2f} {drops:>11} '
               f'{r["p50_ms"]:>7.1f} {r["p99_ms"]:>7.1f} {r["p99_oldest_ms"]:>7.1f} '
               f'{r["lag_s"]:>6.2f} {r["cpu_percent"]:>6.0f} {r["harness_cpu_percent"]:>6.0f} '
-              f'{late:>9} {r["rss_mib"]:>8.0f} {sustained}')
+              f'{late:>9} {r["rss_mib"]:>8.0f} {r["long_context_percent"]:>6.1f} '
+              f'{r["long_context_skipped_blocks"]:>5d} {sustained}')
     print("p50/p99: latency of each message's newest flow; p99 old: of its oldest flow; "
           'CPU %: the node (100 = one core); harn %: publisher + probe on the same cores')
+    print('2nd %: flows estimated again with the long context, % of all flows; skip: blocks '
+          'that skipped it because the node was behind (long_context_below_px_s)')
     print('pub late: p99/max ms by which the publisher sent packets after their due time '
           '(its own stalls on the shared cores; included in the latencies)')
     print('drops = packets dropped by the node (queue over capacity) + lost in DDS (seq gaps); '

@@ -463,9 +463,13 @@ def test_flow_from_a_real_evt3_recording(harness_factory, recordings_dir):
     # 13.56 px/s over the 21,078 flows of validity >= 0.5 of 37,571 events, 11.46 px/s over
     # all 36,633 flows (the flows of background activity are slower; the published
     # 640x480_32ms model measured 52 px/s over all: the models differ on this slow hand-held
-    # scene). +-25 %: a flow scale off by 2x either way fails.
-    assert 0.75 * 8.18 < np.median(speed_px_s) < 1.25 * 8.18
+    # scene). +-25 %: a flow scale off by 2x either way fails. Blocks computed while the node
+    # was behind (a loaded machine) skip the long context: then up to the 13.56 px/s without.
     totals = harness.node.pipeline.stats.totals
+    if totals['long_context_skipped_blocks'] <= 0.1 * totals['blocks']:
+        assert 0.75 * 8.18 < np.median(speed_px_s) < 1.25 * 8.18
+    else:
+        assert 0.75 * 8.18 < np.median(speed_px_s) < 1.25 * 13.56
     assert totals['bad_packets'] == 0 and totals['dropped_packets'] == 0
 
 
@@ -940,7 +944,10 @@ def test_diagnostics_report_what_the_input_did(harness_factory):
         parameter_default('long_context_below_px_s') == 150.0
     assert values['flows estimated again with the long context, slower than '
                   'long_context_below_px_s (total)'] == str(totals['long_context_flows'])
-    assert totals['long_context_flows'] > 0
+    assert values['blocks computed without the long context while the node was behind '
+                  '(total)'] == str(totals['long_context_skipped_blocks'])
+    # (blocks computed while the node was behind skip it: on a loaded machine, all may)
+    assert totals['long_context_flows'] > 0 or totals['long_context_skipped_blocks'] > 0
     assert arrays[-1].status[0].hardware_id == 'event_camera'
     # Events in: the rates times the periods (header stamps) add up to the events sent.
     stamps_s = np.array([stamp_to_ns(a.header.stamp) for a in arrays[first:]]) * 1e-9

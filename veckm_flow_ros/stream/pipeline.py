@@ -567,8 +567,12 @@ class FlowPipeline:
                                      'so far)')
 
     def _behind(self) -> bool:
-        """True while input waits for the estimate thread or every compute thread is busy."""
-        return not self._decoded.empty() or len(self._in_flight) >= self.compute_threads
+        """
+        True while input waits: a decoded batch, more queued events than the decode thread
+        takes at once, or every compute thread busy.
+        """
+        return (not self._decoded.empty() or len(self._in_flight) >= self.compute_threads
+                or self.queue.queued_events > self._batch_events)
 
     def _push_blocks(self, events: EventArray, marks: list):
         newest = np.array([mark.newest_ns for mark in marks], dtype=np.int64)
