@@ -237,9 +237,10 @@ def test_blocks_computed_by_the_pool_equal_one_at_a_time(model):
 @pytest.mark.parametrize('threads', [1, 2])
 def test_blocks_skip_the_long_context_while_the_pipeline_is_behind(model, threads):
     """
-    While the pipeline is behind (input waiting, every compute thread busy) the blocks it
-    prepares skip the long context's second look: their flows are the plain ones, the others
-    have it, and the skipped blocks are counted.
+    Blocks prepared while the pipeline is behind skip the long context's second look.
+
+    Behind: input waiting, every compute thread busy. Their flows are the plain ones, the
+    others have it, and the skipped blocks are counted.
     """
     packets = evt3_packets(duration_s=0.15)
     runs = {}

@@ -142,7 +142,10 @@ def predict_with_estimator(model, sequence: SimulatedSequence, block_s: float = 
     estimator = NormalFlowEstimator(model, sequence.width, sequence.height, device=device,
                                     block_s=block_s, confidence=with_confidence,
                                     rotation_mean=mean_flow, min_validity=min_validity,
-                                    long_context_below_px_s=long_context_below_px_s)
+                                    long_context_below_px_s=long_context_below_px_s,
+                                    # The whole sequence in one push: room for all of it, so
+                                    # that no context is lost (a dense 80 ms scene holds 5 M).
+                                    max_buffered_events=max(4_000_000, len(sequence.events)))
     blocks = estimator.push(sequence.events) + estimator.flush()
     block = FlowBlock.concatenate(blocks)
     n = len(sequence.events)

@@ -568,8 +568,10 @@ class FlowPipeline:
 
     def _behind(self) -> bool:
         """
-        True while input waits: a decoded batch, more queued events than the decode thread
-        takes at once, or every compute thread busy.
+        Return whether the pipeline is behind.
+
+        Behind: a decoded batch waits, more events are queued than the decode thread takes at
+        once, or every compute thread is busy.
         """
         return (not self._decoded.empty() or len(self._in_flight) >= self.compute_threads
                 or self.queue.queued_events > self._batch_events)
