@@ -275,6 +275,25 @@ def test_blocks_skip_the_long_context_while_the_pipeline_is_behind(model, thread
     assert runs['plain'][1]['long_context_flows'] == 0
 
 
+def test_long_context_when_behind_keeps_the_second_look(model):
+    """long_context_when_behind: blocks prepared while behind take the second look too."""
+    packets = evt3_packets(duration_s=0.1)
+    outputs = []
+    for behind in (False, True):
+        published = Published()
+        pipeline = make_pipeline(model, published, block_ms=8.0, compute_threads=1,
+                                 long_context_below_px_s=1e6, long_context_when_behind=True)
+        pipeline._behind = lambda: behind
+        steps = pipeline._decode_batch(packets)
+        pipeline.estimator_for(640, 480)
+        pipeline._estimate(steps[1:])
+        pipeline.stop()
+        assert pipeline.stats.totals['long_context_skipped_blocks'] == 0
+        assert pipeline.stats.totals['long_context_flows'] > 0
+        outputs.append([points.tobytes() for points in published.points])
+    assert outputs[0] == outputs[1] and len(outputs[0]) >= 8
+
+
 def _run_threads(pipeline, packets, timeout_s=30.0):
     pipeline.start()
     try:
@@ -293,8 +312,10 @@ def _run_threads(pipeline, packets, timeout_s=30.0):
 def test_threads_give_the_flows_of_the_synchronous_path(model):
     packets = evt3_packets(duration_s=0.1)
     published = Published()
-    _run_threads(make_pipeline(model, published, block_ms=5.0, max_queue_delay_ms=0.0),
-                 packets)
+    # All packets arrive at once, so the threads are behind: without long_context_when_behind
+    # their blocks would skip the second look at slow flows.
+    _run_threads(make_pipeline(model, published, block_ms=5.0, max_queue_delay_ms=0.0,
+                               long_context_when_behind=True), packets)
     reference = Published()
     make_pipeline(model, reference, block_ms=5.0).process(packets)
     assert len(reference.blocks) >= 15

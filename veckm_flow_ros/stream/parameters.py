@@ -73,6 +73,12 @@ PARAMETERS = (
                   'off for the default model. 0 = off. Costs CPU and latency: a centred block '
                   'is ready about tau later (its oldest flow ~ 2 tau + block / 2).',
                   (0.0, 1.0e6), read_only=True),
+    ParameterSpec('long_context_when_behind', False, 'Take the second look of '
+                  'long_context_below_px_s also for blocks prepared while the node is behind '
+                  '(input waiting, every compute thread busy). false: those blocks skip it '
+                  '(counted), so an overloaded node catches up at the plain cost; true: the '
+                  "flows equal replay's under any load, and the node drops input instead.",
+                  read_only=True),
     ParameterSpec('max_queued_events', 10_000_000, 'Capacity of the input packet queue '
                   '[events, estimated from payload bytes]; when full the oldest whole packets '
                   'are dropped and counted.', (1000, 1_000_000_000), read_only=True),

@@ -580,15 +580,17 @@ class FlowPipeline:
         newest = np.array([mark.newest_ns for mark in marks], dtype=np.int64)
         estimator = self.estimator
         # Behind: the next blocks skip the long context's second look (counted) and the node
-        # catches up at the plain cost instead of dropping input; set before each block is
-        # prepared (the iterators prepare a block when asked for it).
-        estimator.long_context_active = not self._behind()
+        # catches up at the plain cost instead of dropping input, unless
+        # long_context_when_behind; set before each block is prepared (the iterators prepare a
+        # block when asked for it).
+        always = bool(self.config.get('long_context_when_behind', False))
+        estimator.long_context_active = always or not self._behind()
         if self._compute_pool is None:
             for block in estimator.push_iter(events):
                 if self._stop.is_set():
                     return
                 self._publish_marked(block, newest, marks)
-                estimator.long_context_active = not self._behind()
+                estimator.long_context_active = always or not self._behind()
             return
         # Blocks computed by the pool, at most compute_threads at once (each job holds a
         # copy of its context: memory stays bounded), published in order. While the node
@@ -604,7 +606,7 @@ class FlowPipeline:
                 while len(self._in_flight) > self.compute_threads:
                     self._publish_computed(wait_s=None)
                 self._publish_computed(wait_s=0.0, everything=True)
-            estimator.long_context_active = not self._behind()
+            estimator.long_context_active = always or not self._behind()
 
     def _publish_computed(self, wait_s: Optional[float], everything: bool = False):
         """
