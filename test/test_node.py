@@ -813,7 +813,8 @@ NON_DEFAULT = {
     'torch_threads': 1, 'compute_threads': 2, 'image_rate_hz': 8.0,
     'image_max_speed_px_s': 321.0, 'publish_confidence': True, 'rotation_mean_flow': True,
     'diagnostics_period_s': 0.5, 'max_sensor_width_px': 1000, 'max_sensor_height_px': 900,
-    'time_sync_max_jump_ms': 250.0, 'min_validity': 0.25, 'long_context_below_px_s': 80.0}
+    'time_sync_max_jump_ms': 250.0, 'min_validity': 0.25, 'long_context_below_px_s': 80.0,
+    'long_context_when_behind': True}
 
 
 def test_every_parameter_reaches_the_pipeline(harness_factory):
