@@ -25,10 +25,11 @@ Events are pushed in time order (any packet size); the stream is cut into target
   events, latency about block_s; less accurate).
 
 Slow flows get a second look (long_context_below_px_s > 0): a flow slower than that is
-estimated again by the same model with a context twice as long (tau_s and the flow scale
-divided by LONG_CONTEXT_FACTOR = 2; the model sees the slow edge as one twice as fast, where
-it is accurate) and replaced by that estimate. The centred context then reaches +-2 tau_s, so
-a block is ready about tau_s later (latency about 2 tau_s + block_s / 2).
+estimated again by the same model with a context twice as long (tau_s times
+LONG_CONTEXT_FACTOR = 2 and the flow scale divided by it: the model sees the slow edge as one
+twice as fast, where it is accurate) and replaced by that estimate. The long context is the
+4 tau_s of events that end where the block's own context ends (the extra 2 tau_s are all in
+the past), so a block is ready as soon as without it: no extra latency.
 
 Context always uses all events; targets are every `target_stride`-th event of the stream (by
 stream index, so the choice does not depend on packet boundaries) and at most
@@ -312,7 +313,8 @@ class NormalFlowEstimator:
     flows whose validity is below this, in [0, 1]; 0 keeps every flow. The node, replay and
     predict pass the parameter min_validity (stream/parameters.py; same default).
     long_context_below_px_s: kept flows slower than this [px/s] are estimated again with a
-    context LONG_CONTEXT_FACTOR times as long (module docstring; counted in
+    context LONG_CONTEXT_FACTOR times as long, all of it up to the block's own context end
+    (module docstring; no extra latency; counted in
     long_context_flows); 0 = off. The node, replay and predict pass the parameter of the same
     name (stream/parameters.py). A live caller that falls behind may set the attribute
     long_context_active to False: blocks prepared meanwhile skip the second look (their flows
@@ -351,12 +353,14 @@ class NormalFlowEstimator:
         self.tau_ns = int(round(model.tau_s * 1e9))
         self.long_context_below_px_s = check_long_context(long_context_below_px_s, model.tau_s)
         self._long_model = None
-        self._reach_ns = self.tau_ns  # how far from the block centre the context reaches
+        # Length of the long context [ns] (0: no second look); it ends where a block's own
+        # context ends.
+        self._long_ns = 0
         if self.long_context_below_px_s > 0:
             self._long_model = dataclasses.replace(
                 self.model, tau_s=model.tau_s * LONG_CONTEXT_FACTOR,
                 flow_scale_px_s=model.flow_scale_px_s / LONG_CONTEXT_FACTOR)
-            self._reach_ns = self.tau_ns * LONG_CONTEXT_FACTOR
+            self._long_ns = 2 * self.tau_ns * LONG_CONTEXT_FACTOR
             if self.device.type == 'cpu':
                 _ = self._long_model.c4_fourier_blocks
         self.reset()
@@ -506,14 +510,13 @@ class NormalFlowEstimator:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _context_range(self, block_start, reach_ns=None):
-        """(low, high) sensor times of a block's context; reach_ns: its half-length (tau)."""
-        reach_ns = self.tau_ns if reach_ns is None else reach_ns
+    def _context_range(self, block_start):
+        """(low, high) sensor times of a block's context."""
         block_end = block_start + self.block_ns
         if self.causal:
-            return block_end - 2 * reach_ns, block_end
+            return block_end - 2 * self.tau_ns, block_end
         centre = block_start + self.block_ns // 2
-        return centre - reach_ns, centre + reach_ns
+        return centre - self.tau_ns, centre + self.tau_ns
 
     def _ready_jobs(self, final: bool, copy: bool) -> Iterator[Callable[[], FlowBlock]]:
         """
@@ -524,8 +527,7 @@ class NormalFlowEstimator:
         buffer = self._events
         while len(buffer) and self._block_start_ns is not None:
             block_start = self._block_start_ns
-            if not final and self._newest_ns < self._context_range(block_start,
-                                                                   self._reach_ns)[1]:
+            if not final and self._newest_ns < self._context_range(block_start)[1]:
                 break
             block_end = block_start + self.block_ns
             first, stop = buffer.search(block_start), buffer.search(block_end)
@@ -598,13 +600,12 @@ class NormalFlowEstimator:
         context_low, context_high = self._context_range(block_start)
         low, high = buffer.search(context_low), buffer.search(context_high, 'right')
         long_context = long_targets = None
-        ready_ns = self._context_range(block_start, self._reach_ns)[1]
+        ready_ns = context_high
         skipped = int(self._long_model is not None and not self.long_context_active)
         self.long_context_skipped_blocks += skipped
         if self._long_model is not None and not skipped:
-            long_low_ns = self._context_range(block_start, self._reach_ns)[0]
-            long_low = buffer.search(long_low_ns)
-            long_high = buffer.search(ready_ns, 'right')
+            long_low = buffer.search(context_high - self._long_ns)
+            long_high = high
             long_context, long_targets = self._context(targets, long_low, long_high, copy)
             if targets[0] >= low and targets[-1] < high and \
                     targets[0] >= long_low and targets[-1] < long_high:
@@ -733,7 +734,8 @@ class NormalFlowEstimator:
         """Drop buffered events that no pending block needs."""
         if not len(self._events):
             return
-        keep_from, _ = self._context_range(self._block_start_ns, self._reach_ns)
+        keep_from, high = self._context_range(self._block_start_ns)
+        keep_from = min(keep_from, high - self._long_ns)
         self._events.drop_before(self._events.search(min(keep_from, self._block_start_ns)))
 
     def _enforce_bound(self):
