@@ -21,8 +21,8 @@ Accuracy of NormalFlowEstimator vs block length, centred and causal, on simulate
 
 The held-out simulated set of evaluate.py (DAVIS346 size) is scored for every block length in
 both context modes; columns: %Pos, relative PEE (median-free mean of |PEE| / |u|), PEE in
-px/s, coverage, and the latency of the mode (centred: tau + block / 2, 2 tau + block / 2 with
-the long context; causal: block). Flows slower than --long-context-below-px-s (default: the
+px/s, coverage, and the latency of the mode (centred: tau + block / 2; causal: block; the
+long context adds none, it is all past). Flows slower than --long-context-below-px-s (default: the
 node's long_context_below_px_s, 150 px/s; 0 = off, the numbers measured before that default)
 are estimated again on a context twice as long, as the node does.
 """
@@ -54,8 +54,7 @@ def main():
     import torch
 
     from veckm_flow_ros.core import metrics
-    from veckm_flow_ros.core.estimator import (FlowBlock, LONG_CONTEXT_FACTOR,
-                                               NormalFlowEstimator)
+    from veckm_flow_ros.core.estimator import FlowBlock, NormalFlowEstimator
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.offline import evaluate
     torch.set_num_threads(args.threads)
@@ -90,8 +89,7 @@ def main():
     for name, row in report.sequence_mean().items():
         mode, block_ms, _ = name.split()
         block = float(block_ms)
-        reach_ms = model.tau_s * 1e3 * (LONG_CONTEXT_FACTOR if long_context > 0 else 1)
-        latency = block if mode == 'causal' else reach_ms + block / 2
+        latency = block if mode == 'causal' else model.tau_s * 1e3 + block / 2
         print(f'{mode:<8} {block:>8g} {latency:>10.1f} {100 * row["pos"]:>6.2f} '
               f'{100 * row["rel_pee"]:>8.2f}')
     del metrics

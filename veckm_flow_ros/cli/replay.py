@@ -101,7 +101,7 @@ def add_long_context_argument(parser, note: str = ''):
                         metavar='PX_S',
                         help='estimate kept flows slower than PX_S [px/s] again on a context '
                              "twice as long, as the node's long_context_below_px_s (default: "
-                             f'{default:g}; 0 = off; centred blocks are ready about tau later)'
+                             f'{default:g}; 0 = off; the extra context is past: no extra latency)'
                              + (f'; {note}' if note else ''))
 
 
