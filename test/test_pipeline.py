@@ -173,10 +173,8 @@ def test_check_config_names_the_offending_value(model):
     with pytest.raises(ConfigurationError, match=r'parameter long_context_below_px_s must be '
                                                  r'a speed in px/s .* got -5.0'):
         check_config(model, default_config(long_context_below_px_s=-5.0))
-    slow_model = dataclasses.replace(model, tau_s=0.3)
-    with pytest.raises(ConfigurationError, match='= 150 px/s needs a context of 2 x tau = 600'):
-        check_config(slow_model, default_config())
-    check_config(slow_model, default_config(long_context_below_px_s=0.0))
+    # A model whose doubled tau is above the checkpoint limit (0.5 s) works with the default.
+    check_config(dataclasses.replace(model, tau_s=0.3), default_config())
     with pytest.raises(KeyError, match='unknown parameter'):
         default_config(no_such_parameter=1)
 

@@ -38,6 +38,7 @@ pending blocks need, and past `max_buffered_events` the oldest events are droppe
 The live node, bag replay, `predict`, evaluation and the benchmark all use this class.
 """
 
+import copy
 import dataclasses
 import logging
 import math
@@ -157,23 +158,17 @@ def check_min_validity(min_validity) -> float:
     return float(min_validity)
 
 
-def check_long_context(below_px_s, tau_s: float) -> float:
+def check_long_context(below_px_s, tau_s: Optional[float] = None) -> float:
     """
     Return long_context_below_px_s as a float, or raise ValueError with the offending value.
 
-    It must be a speed in [0, MAX_LONG_CONTEXT_BELOW_PX_S] px/s (0 = off), and the model's
-    tau_s times LONG_CONTEXT_FACTOR must stay a valid tau (model.MAX_TAU_S).
+    It must be a speed in [0, MAX_LONG_CONTEXT_BELOW_PX_S] px/s (0 = off); any model's tau
+    works (tau_s: accepted for the callers, not needed).
     """
-    from veckm_flow_ros.core.model import MAX_TAU_S
     if isinstance(below_px_s, bool) or not isinstance(below_px_s, (int, float)) \
             or not 0.0 <= below_px_s <= MAX_LONG_CONTEXT_BELOW_PX_S:
         raise ValueError(f'long_context_below_px_s must be a speed in px/s in [0, '
                          f'{MAX_LONG_CONTEXT_BELOW_PX_S:g}] (0 = off), got {below_px_s!r}')
-    if below_px_s > 0 and tau_s * LONG_CONTEXT_FACTOR > MAX_TAU_S:
-        raise ValueError(f'long_context_below_px_s = {below_px_s:g} px/s needs a context of '
-                         f'{LONG_CONTEXT_FACTOR} x tau = {tau_s * LONG_CONTEXT_FACTOR * 1e3:g} '
-                         f'ms, longer than tau may be ({MAX_TAU_S * 1e3:g} ms); set it to 0 for '
-                         f'this model')
     return float(below_px_s)
 
 
@@ -357,9 +352,12 @@ class NormalFlowEstimator:
         # context ends.
         self._long_ns = 0
         if self.long_context_below_px_s > 0:
-            self._long_model = dataclasses.replace(
-                self.model, tau_s=model.tau_s * LONG_CONTEXT_FACTOR,
-                flow_scale_px_s=model.flow_scale_px_s / LONG_CONTEXT_FACTOR)
+            # The same weights (and cached MLP form) with tau and the flow scale changed; a
+            # copy, not dataclasses.replace, so that a model whose doubled tau is above the
+            # checkpoint limit (model.MAX_TAU_S, set for its automatic block) still works.
+            self._long_model = copy.copy(self.model)
+            self._long_model.tau_s = model.tau_s * LONG_CONTEXT_FACTOR
+            self._long_model.flow_scale_px_s = model.flow_scale_px_s / LONG_CONTEXT_FACTOR
             self._long_ns = 2 * self.tau_ns * LONG_CONTEXT_FACTOR
             if self.device.type == 'cpu':
                 _ = self._long_model.c4_fourier_blocks
