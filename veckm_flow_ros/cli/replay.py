@@ -107,11 +107,16 @@ def add_long_context_argument(parser, note: str = ''):
 
 def check_long_context_argument(args):
     """Raise ValueError naming --long-context-below-px-s unless it is in the node's range."""
-    from veckm_flow_ros.core.estimator import MAX_LONG_CONTEXT_BELOW_PX_S
+    from veckm_flow_ros.core.estimator import check_long_context, MAX_LONG_CONTEXT_BELOW_PX_S
     value = getattr(args, 'long_context_below_px_s', None)
-    if value is not None and not 0.0 <= value <= MAX_LONG_CONTEXT_BELOW_PX_S:
+    if value is None:
+        return
+    try:
+        check_long_context(value)  # the estimator's rule; the message names the flag
+    except ValueError:
         raise ValueError(f'--long-context-below-px-s must be a speed in [0, '
-                         f'{MAX_LONG_CONTEXT_BELOW_PX_S:g}] px/s (0 = off), got {value:g}')
+                         f'{MAX_LONG_CONTEXT_BELOW_PX_S:g}] px/s (0 = off), '
+                         f'got {value:g}') from None
 
 
 def set_threads(threads: int):

@@ -158,12 +158,11 @@ def check_min_validity(min_validity) -> float:
     return float(min_validity)
 
 
-def check_long_context(below_px_s, tau_s: Optional[float] = None) -> float:
+def check_long_context(below_px_s) -> float:
     """
     Return long_context_below_px_s as a float, or raise ValueError with the offending value.
 
-    It must be a speed in [0, MAX_LONG_CONTEXT_BELOW_PX_S] px/s (0 = off); any model's tau
-    works (tau_s: accepted for the callers, not needed).
+    It must be a speed in [0, MAX_LONG_CONTEXT_BELOW_PX_S] px/s (0 = off); any tau works.
     """
     if isinstance(below_px_s, bool) or not isinstance(below_px_s, (int, float)) \
             or not 0.0 <= below_px_s <= MAX_LONG_CONTEXT_BELOW_PX_S:
@@ -346,7 +345,7 @@ class NormalFlowEstimator:
             # Decide the MLP form now (numeric checks, ~30 ms once), not on the first block.
             _ = self.model.c4_fourier_blocks
         self.tau_ns = int(round(model.tau_s * 1e9))
-        self.long_context_below_px_s = check_long_context(long_context_below_px_s, model.tau_s)
+        self.long_context_below_px_s = check_long_context(long_context_below_px_s)
         self._long_model = None
         # Length of the long context [ns] (0: no second look); it ends where a block's own
         # context ends.
@@ -598,15 +597,13 @@ class NormalFlowEstimator:
         context_low, context_high = self._context_range(block_start)
         low, high = buffer.search(context_low), buffer.search(context_high, 'right')
         long_context = long_targets = None
-        ready_ns = context_high
         skipped = int(self._long_model is not None and not self.long_context_active)
         self.long_context_skipped_blocks += skipped
         if self._long_model is not None and not skipped:
+            # The long context ends where the short one does and starts earlier.
             long_low = buffer.search(context_high - self._long_ns)
-            long_high = high
-            long_context, long_targets = self._context(targets, long_low, long_high, copy)
-            if targets[0] >= low and targets[-1] < high and \
-                    targets[0] >= long_low and targets[-1] < long_high:
+            long_context, long_targets = self._context(targets, long_low, high, copy)
+            if targets[0] >= low and targets[-1] < high:
                 # The short context is a slice of the long one: no second copy.
                 context = tuple(column[low - long_low:high - long_low]
                                 for column in long_context)
@@ -625,7 +622,7 @@ class NormalFlowEstimator:
                  't_ns': buffer.t_ns[targets].copy(),
                  'x': buffer.x[targets].astype(np.uint16),
                  'y': buffer.y[targets].astype(np.uint16),
-                 't_newest_ns': int(self._newest_ns), 'ready_ns': int(ready_ns)}
+                 't_newest_ns': int(self._newest_ns), 'ready_ns': int(context_high)}
 
         def job() -> FlowBlock:
             flow, confidence, validity = self._encode_and_predict(context, target_in_context)

@@ -118,7 +118,7 @@ def check_config(model, config: dict):
             f'was trained with tau = {model_tau_ms:g} ms; set tau_ms to 0 or {model_tau_ms:g}')
     try:
         check_min_validity(config.get('min_validity', 0.0))
-        check_long_context(config.get('long_context_below_px_s', 0.0), model.tau_s)
+        check_long_context(config.get('long_context_below_px_s', 0.0))
     except ValueError as error:
         raise ConfigurationError(f'parameter {error}') from None
     block_ms = config['block_ms']
