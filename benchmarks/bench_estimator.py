@@ -17,14 +17,16 @@ Streaming throughput of NormalFlowEstimator (the node's compute path) on CPU and
 
     python3 benchmarks/bench_estimator.py [--device cpu cuda] [--speed 1 10 33 100]
                                           [--stride 1 8] [--block-ms 10] [--events 3000000]
+                                          [--long-context-below-px-s 0 150]
 
 The bundled demo scene (640x480, 0.6 M events/s at 1x) is replayed time-compressed by each
 speed factor (speed 33: ~20 M events/s), looped until --events events, in 1 ms packets of
 sensor time, through one estimator per case (no ROS, no decoding: torch + numpy only, so it
 runs on GPU machines without ROS wheels). Columns: input rate of the stream, events/s the
 estimator sustained (wall), the real-time factor (> 1: keeps up), flows/s, and the p50/p99
-wall time of a push() call that produced blocks. The last column is the ratio to the CPU row
-of the same case, measured in the same run.
+wall time of a push() call that produced blocks, the share of flows estimated again by the
+second look at slow flows ("2nd %", --long-context-below-px-s; 0: off, the estimator's own
+default) and the ratio to the CPU row of the same case, measured in the same run.
 """
 
 import argparse
@@ -57,14 +59,16 @@ def compressed_stream(speed, total_events, packet_ns=1_000_000):
     return packets, int(data['width']), int(data['height']), int(t_all[-1]) * 1e-9
 
 
-def run_case(model, device, packets, width, height, stride, block_ms):
+def run_case(model, device, packets, width, height, stride, block_ms, long_context_px_s=0.0):
     import torch
 
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
     estimator = NormalFlowEstimator(model, width, height, device=device,
-                                    block_s=block_ms * 1e-3, target_stride=stride)
+                                    block_s=block_ms * 1e-3, target_stride=stride,
+                                    long_context_below_px_s=long_context_px_s)
     # Warm-up on a copy (CUDA context, allocator, cuBLAS) so the timed run starts hot.
-    warm = NormalFlowEstimator(model, width, height, device=device, block_s=block_ms * 1e-3)
+    warm = NormalFlowEstimator(model, width, height, device=device, block_s=block_ms * 1e-3,
+                               long_context_below_px_s=long_context_px_s)
     for packet in packets[:50]:
         warm.push(packet)
     warm.flush()
@@ -81,7 +85,7 @@ def run_case(model, device, packets, width, height, stride, block_ms):
             flows += sum(len(b) for b in blocks)
     flows += sum(len(b) for b in estimator.flush())
     wall = time.perf_counter() - start
-    return wall, flows, np.array(push_times)
+    return wall, flows, np.array(push_times), estimator.long_context_flows
 
 
 def main():
@@ -97,6 +101,9 @@ def main():
     parser.add_argument('--cpu-events', type=int, default=600_000,
                         help='events per CPU case (slower)')
     parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: default)')
+    parser.add_argument('--long-context-below-px-s', type=float, nargs='+', default=[0.0],
+                        metavar='PX_S', help='second look at flows slower than this [px/s] '
+                        '(0: off; the node default is 150); one set of rows per value')
     args = parser.parse_args()
 
     import torch
@@ -109,30 +116,32 @@ def main():
     print(f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), block '
           f'{args.block_ms:g} ms, torch {torch.__version__}, {torch.get_num_threads()} CPU '
           f'threads, GPU {gpu}')
-    header = (f'{"device":<6} {"speed":>6} {"stride":>6} {"events":>9} {"input ev/s":>12} '
-              f'{"ev/s":>12} {"xRT":>6} {"flows/s":>12} {"p50 ms":>7} {"p99 ms":>7} '
-              f'{"vs cpu":>7}')
+    header = (f'{"device":<6} {"2nd<":>5} {"speed":>6} {"stride":>6} {"events":>9} '
+              f'{"input ev/s":>12} {"ev/s":>12} {"xRT":>6} {"flows/s":>12} {"p50 ms":>7} '
+              f'{"p99 ms":>7} {"2nd %":>6} {"vs cpu":>7}')
     print(header)
     print('-' * len(header), flush=True)
-    for speed in args.speed:
-        for stride in args.stride:
-            cpu_rate = None
-            for device in args.device:
-                total = args.cpu_events if device == 'cpu' else args.events
-                packets, width, height, span_s = compressed_stream(speed, total)
-                events = sum(len(p) for p in packets)
-                wall, flows, push_times = run_case(model, device, packets, width, height,
-                                                   stride, args.block_ms)
-                rate = events / wall
-                if device == 'cpu':
-                    cpu_rate = rate
-                ratio = f'{rate / cpu_rate:>7.1f}' if cpu_rate and device != 'cpu' else \
-                    f'{"-":>7}'
-                p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
-                    else (math.nan, math.nan)
-                print(f'{device:<6} {speed:>6g} {stride:>6} {events:>9} {events / span_s:>12,.0f} '
-                      f'{rate:>12,.0f} {span_s / wall:>6.2f} {flows / wall:>12,.0f} '
-                      f'{p50:>7.1f} {p99:>7.1f} {ratio}', flush=True)
+    cases = [(long_context, speed, stride) for long_context in args.long_context_below_px_s
+             for speed in args.speed for stride in args.stride]
+    for long_context, speed, stride in cases:
+        cpu_rate = None
+        for device in args.device:
+            total = args.cpu_events if device == 'cpu' else args.events
+            packets, width, height, span_s = compressed_stream(speed, total)
+            events = sum(len(p) for p in packets)
+            wall, flows, push_times, again = run_case(
+                model, device, packets, width, height, stride, args.block_ms, long_context)
+            rate = events / wall
+            if device == 'cpu':
+                cpu_rate = rate
+            ratio = f'{rate / cpu_rate:>7.1f}' if cpu_rate and device != 'cpu' else \
+                f'{"-":>7}'
+            p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
+                else (math.nan, math.nan)
+            print(f'{device:<6} {long_context:>5g} {speed:>6g} {stride:>6} {events:>9} '
+                  f'{events / span_s:>12,.0f} {rate:>12,.0f} {span_s / wall:>6.2f} '
+                  f'{flows / wall:>12,.0f} {p50:>7.1f} {p99:>7.1f} '
+                  f'{100.0 * again / max(flows, 1):>6.1f} {ratio}', flush=True)
 
 
 if __name__ == '__main__':

@@ -92,6 +92,40 @@ def test_estimator_cuda_equals_cpu_on_other_paths(model, options):
     assert _relative(flow_gpu, flow_cpu) <= 1e-4
 
 
+@pytest.mark.parametrize('options', [{}, {'causal': True}, {'target_stride': 3}])
+def test_long_context_cuda_equals_cpu(model, options):
+    """
+    The second look at slow flows (long_context_below_px_s) gives the CPU's flows on CUDA.
+
+    Which flows are looked at again depends on the plain flow's speed, which differs between
+    the devices by float rounding: flows within 1 % of the threshold are left out of the
+    comparison, all others must agree as the plain flows do.
+    """
+    packets, width, height = _demo_packets()
+    packets = packets[:120]
+    threshold = 150.0
+    _, plain, _ = _stream(model, 'cpu', packets, width, height, **options)
+    estimators = {device: NormalFlowEstimator(model, width, height, device=device,
+                                              long_context_below_px_s=threshold, **options)
+                  for device in ('cpu', 'cuda')}
+    flows = {}
+    for device, estimator in estimators.items():
+        blocks = [b for packet in packets for b in estimator.push(packet)] + estimator.flush()
+        flows[device] = (np.concatenate([b.event_index for b in blocks]),
+                         np.concatenate([np.stack([b.u_px_s, b.v_px_s], 1) for b in blocks]))
+    np.testing.assert_array_equal(flows['cuda'][0], flows['cpu'][0])
+    speed = np.hypot(plain[:, 0], plain[:, 1])
+    clear = np.abs(speed - threshold) > 0.01 * threshold
+    cpu, gpu = flows['cpu'][1], flows['cuda'][1]
+    assert np.isfinite(gpu).all() and clear.mean() > 0.95
+    assert _relative(gpu[clear], cpu[clear]) <= 1e-4
+    looked = estimators['cpu'].long_context_flows
+    assert looked > 1000
+    assert abs(estimators['cuda'].long_context_flows - looked) <= np.count_nonzero(~clear)
+    changed = np.any(cpu != plain, axis=1)  # the second look replaced these flows
+    assert changed.sum() > 1000
+
+
 def test_confidence_cuda_equals_cpu(model):
     packets, width, height = _demo_packets()
     packets = packets[:40]
