@@ -13,7 +13,7 @@
 # limitations under the License.
 
 """
-Does a calibration of the flow magnitudes lower the egomotion and time-to-contact errors?
+Whether a calibration of the flow magnitudes lowers the egomotion and time-to-contact errors.
 
     OMP_NUM_THREADS=1 python3 benchmarks/magnitude_calibration.py --work-dir DIR
         [--cache-dir DIR ...] [--train-cache DIR] [--train-2d 200] [--train-3d 12]
@@ -36,8 +36,9 @@ train.TRAIN_3D_SEED + 900,000 + i.
 Tables: (1) the magnitude bias of each set by true and by estimated speed: median of |n| /
 (n_hat . u) over the flows of the right sign (n the flow, u the exact optical flow), share of
 right signs; (2) calibrations fitted on the training sets only: per bin of estimated speed
-the scale 1 / median ratio, placed at the bin's median speed, interpolated in log speed,
-flows below 50 px/s left alone; (3) per variant: 2D held-out %Pos / relative PEE, the eight
+the scale 1 / median ratio, placed at the bin's median speed, made monotone (the corrected
+speed never falls as the estimated one rises), interpolated in log speed, flows below
+50 px/s left alone; (3) per variant: 2D held-out %Pos / relative PEE, the eight
 3D sequences with gyro (direction error median / p90 over all windows, median over the
 turning and over the other windows, time to contact per region / minimum) and the 14
 approaches (direction median, time to contact per region / minimum). Variants: the node's
@@ -152,7 +153,7 @@ def load_flows(model, sources, work_dir):
 
 
 def node_flow(flows, below_px_s):
-    """The node's flow: the plain one, replaced by the long-context one below the speed."""
+    """Return the node's flow: the plain one, replaced by the long-context one below the speed."""
     plain = flows['plain'].astype(np.float64)
     slow = np.hypot(plain[:, 0], plain[:, 1]) < below_px_s
     result = plain.copy()
@@ -210,7 +211,18 @@ def fit_calibration(flow, truth):
             continue
         knots.append(float(np.median(speed[inside])))
         scales.append(float(1.0 / np.median(speed[inside] / along[inside])))
-    return np.array(knots), np.array(scales)
+    knots, scales = np.array(knots), np.array(scales)
+    # Monotone: the corrected speed at the knots must not fall as the estimated one rises
+    # (pool adjacent violators on knot x scale, equal weights).
+    blocks = []
+    for value in knots * scales:
+        blocks.append([value, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            value, count = blocks.pop()
+            mean, weight = blocks[-1]
+            blocks[-1] = [(mean * weight + value * count) / (weight + count), weight + count]
+    corrected = np.concatenate([[value] * count for value, count in blocks])
+    return knots, corrected / knots
 
 
 def calibrated(base, knots, scales):
@@ -236,7 +248,7 @@ def geometric_mean(base, low_px_s, high_px_s):
 
 
 def exact_magnitudes(base, factor):
-    """The exact flow projected on the estimated normals, times factor (signal flows)."""
+    """Return a variant: the exact flow projected on the estimated normals, times factor."""
     def variant(flows):
         flow = base(flows)
         along, speed = projected_truth(flow, flows['truth'])
@@ -249,7 +261,7 @@ def exact_magnitudes(base, factor):
 def egomotion_rows(flow_sets, sources, variant, config):
     """Summary rows (offline/evaluate_egomotion.summary_row) of the 3D sets for a variant."""
     from veckm_flow_ros.offline import evaluate_egomotion
-    loaders = {name: load for name, load in sources}
+    loaders = dict(sources)
     results = []
     for name, flows in flow_sets.items():
         if name not in _SEQUENCES:  # read once: every variant runs on the same sequences
@@ -319,8 +331,8 @@ def main():
         parts = [pooled(flows[key], base) for key in keys]
         knots, scales = fit_calibration(np.concatenate([p[0] for p in parts]),
                                         np.concatenate([p[1] for p in parts]))
-        _log(f'  {label}: ' + json.dumps({f'{k:.0f}': round(s, 3)
-                                          for k, s in zip(knots, scales)}))
+        fitted = dict(zip((f'{knot:.0f}' for knot in knots), np.round(scales, 3).tolist()))
+        _log(f'  {label}: ' + json.dumps(fitted))
         variants[f'calibrated on {label}'] = calibrated(base, knots, scales)
     variants['geometric mean 150-400 px/s'] = geometric_mean(base, 150.0, 400.0)
     for factor in (1.0, 1.05, 0.95):
