@@ -97,8 +97,19 @@ class EgomotionConfig:
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
     #                                 the signs of derotated flows r count r^2 / (r^2 +
     #                                 (this g . omega)^2) in the sign start, [0, 10]
-    warm_start_windows: int = 10    # with a gyroscope and the sign start: up to this many
-    #                                 windows in a row start from the previous window's
+    rotation_start: bool = True     # without a gyroscope: the rotation-only fit of omega
+    #                                 (translation ignored) stands in for the gyroscope to find
+    #                                 the direction (sign start and least squares as with one),
+    #                                 the joint least squares of omega and direction refine it
+    #                                 locally; false: the joint least squares' global minimum
+    rotation_prior_weight: float = 300.0  # without a gyroscope and with the rotation start:
+    #                                 the rotation-only fit's omega counts in the final omega
+    #                                 as a measurement of standard deviation 1 / sqrt(this)
+    #                                 rad/s (0.058 at 300) where the flows' error is the fit's
+    #                                 residual [s^2/rad^2]; 0: the joint least squares alone,
+    #                                 [0, 1e6]
+    warm_start_windows: int = 10    # with the sign start (with a gyroscope or the rotation
+    #                                 start): up to this many windows in a row start from the previous window's
     #                                 direction (local searches; the global least-squares
     #                                 check only when the fit ends > 5 deg from it), then one
     #                                 window is searched in full; 0: every window in full,
@@ -133,6 +144,10 @@ class EgomotionConfig:
         need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
         need(0 <= self.sign_tolerance <= 10, 'sign_tolerance', 'in [0, 10]')
         need(self.sign_flows >= 10, 'sign_flows', '>= 10')
+        need(isinstance(self.rotation_start, (bool, np.bool_)), 'rotation_start',
+             'true or false')
+        need(0 <= self.rotation_prior_weight <= 1e6, 'rotation_prior_weight',
+             'in [0, 1e6] s^2/rad^2')
         need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
         return self
 
@@ -723,14 +738,33 @@ class EgomotionEstimator:
     # ---- without a gyroscope --------------------------------------------------------------
 
     def _solve_free(self, window):
-        """Direction and omega together: cell depths and omega by least squares per direction."""
+        """
+        Direction and omega together: cell depths and omega by least squares per direction.
+
+        With rotation_start, the rotation-only fit of omega stands in for a gyroscope to find
+        the start (_solve_gyro), the joint least squares refine it locally, and the final
+        omega is pulled towards the rotation-only fit (rotation_prior_weight).
+        """
+        config = self.config
         a, g, m = window.a_rows, window.g, window.m
+        start = rotation = None
+        if config.rotation_start:
+            # The flow model's magnitude errors move the joint least squares' global minimum
+            # far off (a translation with free cell depths mimics much of a rotation), while
+            # the rotation-only fit, with the translational flow left as an error that mostly
+            # averages out, is near the true omega; with that omega in place of a gyroscope,
+            # the sign start finds the direction's basin.
+            rotation = self._rotation_only(window)
+            weight = window.weight
+            start, _, _ = self._solve_gyro(window, rotation)
+            window.weight = weight  # (_solve_gyro multiplies it by the slow-flow factor)
+            window.robust = np.ones_like(m)
         self._reweight(window, m, m)  # caps gross outliers before any fit
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
         table = np.concatenate([window.aa_rows, a * m,
                                 (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
-        direction = None
-        last = self.config.robust_iterations
+        direction = start
+        last = config.robust_iterations
         evaluated = {}
 
         def cost(dirs, mirror=False):
@@ -744,12 +778,22 @@ class EgomotionEstimator:
 
         for iteration in range(last + 1):
             stats = self._cell_stats_free(window, table)
-            direction, omega = self._search(cost, direction, coarse=iteration <= 1,
+            direction, omega = self._search(cost, direction,
+                                            coarse=start is None and iteration <= 1,
                                             final=iteration == last,
                                             companion=lambda: evaluated['omega'])
             if iteration == last or omega is None:
                 omega = self._omega_free(stats, direction[None])[0][0]
             # else: only for the Huber weights, omega from the last grid (smooth in d)
+            if iteration == last and rotation is not None and config.rotation_prior_weight > 0:
+                # Ridge towards the rotation-only fit: the posterior mean with a prior of
+                # variance 1 / rotation_prior_weight around it and flows whose error variance
+                # (per unit weight) is the fit's mean squared residual. With exact magnitudes
+                # the residual and so the pull are tiny.
+                residual = float(self._cost_free(stats, direction[None])[0][0])
+                pull = config.rotation_prior_weight * max(residual, 0.0) / max(
+                    float(np.dot(window.weight, window.robust)), 1e-300)
+                omega = self._omega_free(stats, direction[None], (rotation, pull))[0][0]
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
@@ -760,6 +804,18 @@ class EgomotionEstimator:
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
+
+    def _rotation_only(self, window):
+        """Omega (3,) of the least squares m = g . omega, translation ignored (Huber-capped)."""
+        m = window.m
+        self._reweight(window, m, m)  # caps gross outliers
+        w = window.weight * window.robust
+        wg = window.g_rows * w
+        gg = wg @ window.g
+        gg += np.eye(3) * (1e-12 * np.trace(gg))
+        omega = np.linalg.solve(gg, wg @ m)
+        window.robust = np.ones_like(m)
+        return omega
 
     @staticmethod
     def _cell_stats_free(window, table):
@@ -804,14 +860,21 @@ class EgomotionEstimator:
         return total_r - _clipped_gain(s_br, inv, mirror), omega
 
     @staticmethod
-    def _omega_free(stats, dirs):
-        """Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C)."""
+    def _omega_free(stats, dirs, prior=None):
+        """
+        Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C).
+
+        prior: (omega0 (3,), weight): minimise the residual plus weight |omega - omega0|^2.
+        """
         aa, _, _, pairs, h0, _, gm, _ = stats
         squares = _squares(dirs)
         inv = 1.0 / np.maximum(squares @ aa.T, np.finfo(aa.dtype).tiny)            # (K, C)
         # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
         moments = ((inv @ pairs).reshape(len(dirs), 9, 6) @ squares[:, :, None])[:, :, 0]
-        return _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9]), inv
+        h, rhs = h0 - moments[:, :6], gm - moments[:, 6:9]
+        if prior is not None:
+            h, rhs = h + prior[1] * _DIAGONAL, rhs + prior[1] * prior[0]
+        return _solve_sym3(h, rhs), inv
 
     # ---- shared ---------------------------------------------------------------------------
 
