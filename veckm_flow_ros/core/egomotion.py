@@ -108,8 +108,8 @@ class EgomotionConfig:
     #                                 rad/s (0.058 at 300) where the flows' error is the fit's
     #                                 residual [s^2/rad^2]; 0: the joint least squares alone,
     #                                 [0, 1e6]
-    warm_start_windows: int = 10    # with the sign start (with a gyroscope or the rotation
-    #                                 start): up to this many windows in a row start from the previous window's
+    warm_start_windows: int = 10    # with a gyroscope and the sign start: up to this many
+    #                                 windows in a row start from the previous window's
     #                                 direction (local searches; the global least-squares
     #                                 check only when the fit ends > 5 deg from it), then one
     #                                 window is searched in full; 0: every window in full,
@@ -332,6 +332,13 @@ _WARM_SAME_DEG = 5.0
 # (benchmarks/RESULTS.md, "Egomotion": as accurate on the held-out set, ~0.2-0.4 ms less
 # CPU per paced window).
 _WARM_ROUNDS_LESS = 1
+
+# Without a gyroscope, the joint least squares' first search from the rotation start takes a
+# first step this many times the sphere grid's spacing (a warm or local start: 0.25): the
+# start's omega is the rotation-only fit, so the direction may have to move further (held-out
+# set, exact magnitudes: 2.5 deg median at 0.25, 1.2 at 0.5; the flow model's flows 11.0 and
+# 11.6 deg).
+_ROTATION_START_REACH = 0.5
 
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
@@ -631,21 +638,8 @@ class EgomotionEstimator:
                 and self._warm_windows < config.warm_start_windows)
         self._warm_windows = self._warm_windows + 1 if warm else 0
         if config.sign_start:
-            # A start that ignores the magnitudes: the direction whose cheirality (the sign of
-            # a . d) agrees best with the signs of the derotated flows, the flows weighted by
-            # how far their derotated flow stands out of the rotational flow's error.
-            trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
-            signed = window.weight * window.robust * trust * np.sign(r)
-            # At most sign_flows flows (evenly spread in input order): the vote needs no more.
-            pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
-            # float32: the vote only picks a start that the least squares refine.
-            a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
-            signed_sign = np.take(signed, pick).astype(np.float32)
-            direction = self._search(
-                lambda dirs, mirror=False: self._cost_sign(
-                    a_sign, signed_sign, dirs.astype(np.float32), mirror),
-                previous if warm else None, coarse=not warm, final=False, scale_free=False,
-                fewer=_WARM_ROUNDS_LESS if warm else 0)
+            direction, signed = self._sign_vote(window, r, h, window.weight * window.robust,
+                                                previous if warm else None)
             coarse_rounds = -1
         robust = window.robust
         robust_iterations = config.robust_iterations
@@ -673,6 +667,30 @@ class EgomotionEstimator:
                 window.robust = local_robust
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
+
+    def _sign_vote(self, window, r, h, weight, previous=None):
+        """
+        Direction whose cheirality best agrees with the signs of derotated flows r: (d, signed).
+
+        A start that ignores the magnitudes: the sign of a . d against the sign of r, the flows
+        weighted (weight (N,)) by how far their derotated flow stands out of the rotational
+        flow h's error. previous: search locally around it (a warm start), else the sphere.
+        signed (N,): the flows' signed weights of _cost_sign.
+        """
+        config = self.config
+        trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
+        signed = weight * trust * np.sign(r)
+        # At most sign_flows flows (evenly spread in input order): the vote needs no more.
+        pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
+        # float32: the vote only picks a start that the least squares refine.
+        a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
+        signed_sign = np.take(signed, pick).astype(np.float32)
+        direction = self._search(
+            lambda dirs, mirror=False: self._cost_sign(
+                a_sign, signed_sign, dirs.astype(np.float32), mirror),
+            previous, coarse=previous is None, final=False, scale_free=False,
+            fewer=_WARM_ROUNDS_LESS if previous is not None else 0)
+        return direction, signed
 
     def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds,
                    robust_iterations, known_first=None):
@@ -741,28 +759,42 @@ class EgomotionEstimator:
         """
         Direction and omega together: cell depths and omega by least squares per direction.
 
-        With rotation_start, the rotation-only fit of omega stands in for a gyroscope to find
-        the start (_solve_gyro), the joint least squares refine it locally, and the final
+        With rotation_start, the rotation-only fit of omega stands in for a gyroscope in a
+        sign vote for the start, the joint least squares refine it locally, and the final
         omega is pulled towards the rotation-only fit (rotation_prior_weight).
         """
         config = self.config
         a, g, m = window.a_rows, window.g, window.m
-        start = rotation = None
-        if config.rotation_start:
+        # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
+        table = np.concatenate([window.aa_rows, a * m,
+                                (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
+        if not config.rotation_start:
+            direction, omega, stats, ar, r = self._fit_free(window, table)
+        else:
             # The flow model's magnitude errors move the joint least squares' global minimum
             # far off (a translation with free cell depths mimics much of a rotation), while
             # the rotation-only fit, with the translational flow left as an error that mostly
             # averages out, is near the true omega; with that omega in place of a gyroscope,
-            # the sign start finds the direction's basin.
+            # the sign vote finds the direction's basin.
             rotation = self._rotation_only(window)
-            weight = window.weight
-            start, _, _ = self._solve_gyro(window, rotation)
-            window.weight = weight  # (_solve_gyro multiplies it by the slow-flow factor)
-            window.robust = np.ones_like(m)
+            h = g @ rotation
+            start, _ = self._sign_vote(window, m - h, h, window.weight)
+            direction, omega, stats, ar, r = self._fit_free(window, table, start, rotation)
+        known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
+        # The explained share of the flow left after rotation, as with a gyroscope.
+        fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
+        return direction, omega, fit
+
+    def _fit_free(self, window, table, start=None, rotation=None):
+        """
+        Joint least squares of omega and direction with Huber rounds: (d, omega, stats, ar, r).
+
+        start: refine it locally, else search the sphere. rotation: the rotation-only fit that
+        the final omega is pulled towards (rotation_prior_weight), or None.
+        """
+        config = self.config
+        g, m = window.g, window.m
         self._reweight(window, m, m)  # caps gross outliers before any fit
-        # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
-        table = np.concatenate([window.aa_rows, a * m,
-                                (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
         direction = start
         last = config.robust_iterations
         evaluated = {}
@@ -781,7 +813,9 @@ class EgomotionEstimator:
             direction, omega = self._search(cost, direction,
                                             coarse=start is None and iteration <= 1,
                                             final=iteration == last,
-                                            companion=lambda: evaluated['omega'])
+                                            companion=lambda: evaluated['omega'],
+                                            reach=_ROTATION_START_REACH if iteration == 0
+                                            else 0.25)
             if iteration == last or omega is None:
                 omega = self._omega_free(stats, direction[None])[0][0]
             # else: only for the Huber weights, omega from the last grid (smooth in d)
@@ -797,13 +831,10 @@ class EgomotionEstimator:
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
-            if iteration < self.config.robust_iterations:
+            if iteration < last:
                 self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
                                                          direction))
-        known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
-        # The explained share of the flow left after rotation, as with a gyroscope.
-        fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
-        return direction, omega, fit
+        return direction, omega, stats, ar, r
 
     def _rotation_only(self, window):
         """Omega (3,) of the least squares m = g . omega, translation ignored (Huber-capped)."""
@@ -879,7 +910,7 @@ class EgomotionEstimator:
     # ---- shared ---------------------------------------------------------------------------
 
     def _search(self, cost, direction, coarse, final=True, scale_free=True, companion=None,
-                fewer=0):
+                fewer=0, reach=0.25):
         """
         Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
@@ -905,7 +936,7 @@ class EgomotionEstimator:
             direction = candidates[best] if best < len(candidates) else \
                 -half[best - len(candidates)]
         else:
-            step *= 0.25
+            step *= reach
         # Final: the rounds to the resolution of refine_steps rounds from the coarse step,
         # the quadratic step standing in for the last one (a local start is 4x finer and
         # needs a round less). Not final: 3 rounds fewer than refine_steps (at least 1).
