@@ -102,6 +102,12 @@ class EgomotionConfig:
     #                                 the direction (sign start and least squares as with one),
     #                                 the joint least squares of omega and direction refine it
     #                                 locally; false: the joint least squares' global minimum
+    rotation_start_residual: float = 0.07  # without a gyroscope and with the rotation start:
+    #                                 the joint least squares' global minimum is the result
+    #                                 where (after one Huber round) it leaves a median |residual|
+    #                                 below this share of the median |normal flow| (accurate
+    #                                 flows); above, the rotation start; 0: always the rotation
+    #                                 start, [0, 10]
     rotation_prior_weight: float = 300.0  # without a gyroscope and with the rotation start:
     #                                 the rotation-only fit's omega counts in the final omega
     #                                 as a measurement of standard deviation 1 / sqrt(this)
@@ -146,6 +152,7 @@ class EgomotionConfig:
         need(self.sign_flows >= 10, 'sign_flows', '>= 10')
         need(isinstance(self.rotation_start, (bool, np.bool_)), 'rotation_start',
              'true or false')
+        need(0 <= self.rotation_start_residual <= 10, 'rotation_start_residual', 'in [0, 10]')
         need(0 <= self.rotation_prior_weight <= 1e6, 'rotation_prior_weight',
              'in [0, 1e6] s^2/rad^2')
         need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
@@ -768,29 +775,40 @@ class EgomotionEstimator:
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
         table = np.concatenate([window.aa_rows, a * m,
                                 (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
+        fitted = None
         if not config.rotation_start:
-            direction, omega, stats, ar, r = self._fit_free(window, table)
+            fitted = self._fit_free(window, table)
         else:
-            # The flow model's magnitude errors move the joint least squares' global minimum
-            # far off (a translation with free cell depths mimics much of a rotation), while
-            # the rotation-only fit, with the translational flow left as an error that mostly
-            # averages out, is near the true omega; with that omega in place of a gyroscope,
-            # the sign vote finds the direction's basin.
+            # The joint least squares serve where the flows are accurate enough: after one
+            # Huber round, their global minimum leaves a median |residual| below
+            # rotation_start_residual of the median |flow|. Else (the flow model's flows)
+            # its magnitude errors move that minimum far off (a translation with free cell
+            # depths mimics much of a rotation), while the rotation-only fit, with the
+            # translational flow left as an error that mostly averages out, is near the true
+            # omega; with that omega in place of a gyroscope, the sign vote finds the
+            # direction's basin, and the joint least squares refine it locally.
+            limit = config.rotation_start_residual * _median(np.abs(m))
+            fitted = self._fit_free(window, table, accurate=lambda direction, omega: (
+                self._median_residual(window, direction, omega) < limit))
+        if fitted is None:
             rotation = self._rotation_only(window)
             h = g @ rotation
             start, _ = self._sign_vote(window, m - h, h, window.weight)
-            direction, omega, stats, ar, r = self._fit_free(window, table, start, rotation)
+            fitted = self._fit_free(window, table, start, rotation)
+        direction, omega, stats, ar, r = fitted
         known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
 
-    def _fit_free(self, window, table, start=None, rotation=None):
+    def _fit_free(self, window, table, start=None, rotation=None, accurate=None):
         """
         Joint least squares of omega and direction with Huber rounds: (d, omega, stats, ar, r).
 
         start: refine it locally, else search the sphere. rotation: the rotation-only fit that
-        the final omega is pulled towards (rotation_prior_weight), or None.
+        the final omega is pulled towards (rotation_prior_weight), or None. accurate(d, omega):
+        asked after the second search (the first with Huber weights; the first when there
+        is no Huber round); when false, return None at once.
         """
         config = self.config
         g, m = window.g, window.m
@@ -819,6 +837,9 @@ class EgomotionEstimator:
             if iteration == last or omega is None:
                 omega = self._omega_free(stats, direction[None])[0][0]
             # else: only for the Huber weights, omega from the last grid (smooth in d)
+            if accurate is not None and iteration == min(1, last) and \
+                    not accurate(direction, omega):
+                return None
             if iteration == last and rotation is not None and config.rotation_prior_weight > 0:
                 # Ridge towards the rotation-only fit: the posterior mean with a prior of
                 # variance 1 / rotation_prior_weight around it and flows whose error variance
@@ -835,6 +856,17 @@ class EgomotionEstimator:
                 self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
                                                          direction))
         return direction, omega, stats, ar, r
+
+    @staticmethod
+    def _median_residual(window, direction, omega):
+        """Median |residual| of the flows under (direction, omega), cell depths fitted."""
+        r = window.m - window.g @ omega
+        sums = window.cell_sums(np.concatenate([window.aa_rows, window.a_rows * r]),
+                                window.weight * window.robust)
+        s_bb = sums[:, :6] @ _squares(direction[None])[0]
+        rho = np.where(s_bb > 0, (sums[:, 6:9] @ direction) / np.maximum(s_bb, 1e-300), 0.0)
+        residual = r - np.take(np.maximum(rho, 0.0), window.cell) * (window.a @ direction)
+        return _median(np.abs(residual))
 
     def _rotation_only(self, window):
         """Omega (3,) of the least squares m = g . omega, translation ignored (Huber-capped)."""
