@@ -346,6 +346,10 @@ _WARM_ROUNDS_LESS = 1
 # set, exact magnitudes: 2.5 deg median at 0.25, 1.2 at 0.5; the flow model's flows 11.0 and
 # 11.6 deg).
 _ROTATION_START_REACH = 0.5
+# ... and takes this many Huber rounds fewer than robust_iterations (at least 0): it starts
+# near its answer (held-out set: 11.56 deg / 24.2 % with all rounds, 10.97 / 24.2 with one
+# fewer, 0.7 ms less per window of 4,000 flows).
+_ROTATION_START_ROUNDS_LESS = 1
 
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
@@ -377,6 +381,7 @@ class _Window:
         # (6, N) a a^T, the mixed products twice
         self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
         self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
+        self.first_free_stats = None  # _fit_free's first cell sums (Huber weights of m)
 
     def __len__(self):
         return len(self.m)
@@ -815,6 +820,8 @@ class EgomotionEstimator:
         self._reweight(window, m, m)  # caps gross outliers before any fit
         direction = start
         last = config.robust_iterations
+        if start is not None:
+            last = max(0, last - _ROTATION_START_ROUNDS_LESS)
         evaluated = {}
 
         def cost(dirs, mirror=False):
@@ -827,7 +834,12 @@ class EgomotionEstimator:
             return values
 
         for iteration in range(last + 1):
-            stats = self._cell_stats_free(window, table)
+            if iteration or window.first_free_stats is None:
+                stats = self._cell_stats_free(window, table)
+            else:
+                stats = window.first_free_stats  # same Huber weights (of m alone) as before
+            if iteration == 0:
+                window.first_free_stats = stats
             direction, omega = self._search(cost, direction,
                                             coarse=start is None and iteration <= 1,
                                             final=iteration == last,
