@@ -346,10 +346,6 @@ _WARM_ROUNDS_LESS = 1
 # set, exact magnitudes: 2.5 deg median at 0.25, 1.2 at 0.5; the flow model's flows 11.0 and
 # 11.6 deg).
 _ROTATION_START_REACH = 0.5
-# ... and takes this many Huber rounds fewer than robust_iterations (at least 0): it starts
-# near its answer (held-out set: 11.56 deg / 24.2 % with all rounds, 10.97 / 24.2 with one
-# fewer, 0.7 ms less per window of 4,000 flows).
-_ROTATION_START_ROUNDS_LESS = 1
 
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
@@ -820,8 +816,6 @@ class EgomotionEstimator:
         self._reweight(window, m, m)  # caps gross outliers before any fit
         direction = start
         last = config.robust_iterations
-        if start is not None:
-            last = max(0, last - _ROTATION_START_ROUNDS_LESS)
         evaluated = {}
 
         def cost(dirs, mirror=False):
