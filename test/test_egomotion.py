@@ -147,7 +147,7 @@ def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_st
 
 def biased_window(camera, v_m_s, omega_rad_s, seed):
     """
-    A window whose magnitudes carry errors of the kind of the flow model's (not noise).
+    Return a window whose magnitudes carry errors of the flow model's kind (not noise).
 
     Slow flows 1.4x and fast 1.15x too large, a gain that depends on the edge orientation
     (+-20 %), one per 32 px cell (log-normal, 0.3) and per flow (0.3).

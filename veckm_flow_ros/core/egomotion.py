@@ -37,6 +37,11 @@ direction whose cheirality sign(a . d) best agrees with the signs of the derotat
 m - g . omega (the flow model's magnitudes are biased, its signs less so); the least squares
 refine that start locally, and their global minimum replaces it only where it agrees about
 as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there.
+Without a gyroscope the joint least squares of omega and direction serve where the flows are
+accurate (a small median residual); on the flow model's flows (biased magnitudes) the
+rotation-only fit of omega (translation ignored) stands in for the gyroscope in the sign vote,
+the joint least squares refine its direction locally, and the final omega is pulled towards
+the rotation-only fit (ridge).
 Time to contact per region is the weighted median (weights |a . d| times validity and the
 slow-flow factor) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
 
