@@ -321,9 +321,12 @@ def test_outputs_of_a_forward_motion(harness_factory):
 
 
 def test_sideways_motion_marks_the_focus_of_expansion_invalid(harness_factory):
+    # With the gyroscope: these flows' depths vary at random from flow to flow (2-6 m), which
+    # the estimator's accuracy check without a gyroscope takes for inaccurate flows, and on a
+    # sideways motion its rotation start then ends ~60 deg off (docs/egomotion.md, limits).
     harness = harness_factory()
     harness.publish_camera_info(camera_info())
-    harness.publish_flows(np.array([1.0, 0.1, 0.05]), np.zeros(3), 0.1)
+    harness.publish_flows(np.array([1.0, 0.1, 0.05]), np.zeros(3), 0.1, imu_hz=500.0)
     assert harness.wait_idle()
     assert harness.foes, 'no ~/foe'
     for foe in harness.foes:
