@@ -102,17 +102,19 @@ class EgomotionConfig:
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
     #                                 the signs of derotated flows r count r^2 / (r^2 +
     #                                 (this g . omega)^2) in the sign start, [0, 10]
-    rotation_start: bool = True     # without a gyroscope: the rotation-only fit of omega
-    #                                 (translation ignored) stands in for the gyroscope to find
-    #                                 the direction (sign start and least squares as with one),
-    #                                 the joint least squares of omega and direction refine it
-    #                                 locally; false: the joint least squares' global minimum
+    rotation_start: bool = True     # without a gyroscope, where the flows are not accurate
+    #                                 (rotation_start_residual): the rotation-only fit of omega
+    #                                 (translation ignored) stands in for the gyroscope in the
+    #                                 sign vote for the start, the joint least squares of omega
+    #                                 and direction refine it locally; false: the joint least
+    #                                 squares' global minimum everywhere
     rotation_start_residual: float = 0.07  # without a gyroscope and with the rotation start:
     #                                 the joint least squares' global minimum is the result
     #                                 where (after one Huber round) it leaves a median |residual|
-    #                                 below this share of the median |normal flow| (accurate
-    #                                 flows); above, the rotation start; 0: always the rotation
-    #                                 start, [0, 10]
+    #                                 below this share of the median |normal flow|, or half of
+    #                                 it on the tenth of the flows with the smallest |a . d|
+    #                                 (accurate flows); else the rotation start; 0: always the
+    #                                 rotation start, [0, 10]
     rotation_prior_weight: float = 300.0  # without a gyroscope and with the rotation start:
     #                                 the rotation-only fit's omega counts in the final omega
     #                                 as a measurement of standard deviation 1 / sqrt(this)
@@ -348,8 +350,8 @@ _WARM_ROUNDS_LESS = 1
 # Without a gyroscope, the joint least squares' first search from the rotation start takes a
 # first step this many times the sphere grid's spacing (a warm or local start: 0.25): the
 # start's omega is the rotation-only fit, so the direction may have to move further (held-out
-# set, exact magnitudes: 2.5 deg median at 0.25, 1.2 at 0.5; the flow model's flows 11.0 and
-# 11.6 deg).
+# set, the rotation start forced on every window: exact magnitudes 2.5 deg median at 0.25,
+# 1.2 at 0.5, 0.9 at 1.0; the flow model's flows 11.0, 11.6 and 13.9 deg).
 _ROTATION_START_REACH = 0.5
 # The accuracy check without a gyroscope also passes when the flows with the smallest |a . d|
 # (this share of them) leave a median |residual| below _DEPTH_FREE_LIMIT times the limit
@@ -984,7 +986,8 @@ class EgomotionEstimator:
         cost(d) for c > 0 (the least-squares costs), so the grid needs no normalising.
         companion: returns (K, k) values that came with the last cost call (omega); then
         return (direction, its value: at the best point, or quadratic through its
-        neighbours; None without rounds). fewer: this many rounds fewer (at least 1).
+        neighbours; None without rounds). fewer: this many rounds fewer (at least 1). reach:
+        the first step of a local start, times the sphere grid's spacing.
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
