@@ -467,11 +467,12 @@ def test_time_going_back_restarts_the_windows(harness_factory):
 CHAIN_DURATION_S = 0.3
 # Median direction error bounds [deg] (use_imu -> bound), from the medians measured on this
 # sequence with the default flow model and estimator (2026-11-27, the simulator that
-# integrates pixel areas at surface boundaries): 7.6 deg with the gyroscope, 67.9 deg without;
-# bounds 1.3x. (On the earlier point-sampled simulator: 20.7 and 63.9 deg.) The gyro-free
-# estimate on real normal flow is weak here (docs/egomotion_node.md). A backwards direction
-# (z flipped) gives ~160 deg; the exact-flow tests above catch x or y flips.
-CHAIN_BOUND_DEG = {True: 10.0, False: 88.0}
+# integrates pixel areas at surface boundaries): 7.6 deg with the gyroscope (5.4-7.2 on
+# 2026-11-27 08:33-08:39), 8.7-9.4 deg without since the rotation start (67.9 before); bounds
+# 1.3x, 1.6x without (its windows move more between runs). (On the earlier point-sampled
+# simulator: 20.7 and 63.9 deg.) A backwards direction (z flipped) gives ~160 deg; the
+# exact-flow tests above catch x or y flips.
+CHAIN_BOUND_DEG = {True: 10.0, False: 15.0}
 
 
 @pytest.fixture(scope='module')

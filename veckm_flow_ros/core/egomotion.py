@@ -37,6 +37,11 @@ direction whose cheirality sign(a . d) best agrees with the signs of the derotat
 m - g . omega (the flow model's magnitudes are biased, its signs less so); the least squares
 refine that start locally, and their global minimum replaces it only where it agrees about
 as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there.
+Without a gyroscope the joint least squares of omega and direction serve where the flows are
+accurate (a small median residual); on the flow model's flows (biased magnitudes) the
+rotation-only fit of omega (translation ignored) stands in for the gyroscope in the sign vote,
+the joint least squares refine its direction locally, and the final omega is pulled towards
+the rotation-only fit (ridge).
 Time to contact per region is the weighted median (weights |a . d| times validity and the
 slow-flow factor) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
 
@@ -97,6 +102,25 @@ class EgomotionConfig:
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
     #                                 the signs of derotated flows r count r^2 / (r^2 +
     #                                 (this g . omega)^2) in the sign start, [0, 10]
+    rotation_start: bool = True     # without a gyroscope, where the flows are not accurate
+    #                                 (rotation_start_residual): the rotation-only fit of omega
+    #                                 (translation ignored) stands in for the gyroscope in the
+    #                                 sign vote for the start, the joint least squares of omega
+    #                                 and direction refine it locally; false: the joint least
+    #                                 squares' global minimum everywhere
+    rotation_start_residual: float = 0.07  # without a gyroscope and with the rotation start:
+    #                                 the joint least squares' global minimum is the result
+    #                                 where (after one Huber round) it leaves a median |residual|
+    #                                 below this share of the median |normal flow|, or half of
+    #                                 it on the tenth of the flows with the smallest |a . d|
+    #                                 (accurate flows); else the rotation start; 0: always the
+    #                                 rotation start, [0, 10]
+    rotation_prior_weight: float = 300.0  # without a gyroscope and with the rotation start:
+    #                                 the rotation-only fit's omega counts in the final omega
+    #                                 as a measurement of standard deviation 1 / sqrt(this)
+    #                                 rad/s (0.058 at 300) where the flows' error is the fit's
+    #                                 residual [s^2/rad^2]; 0: the joint least squares alone,
+    #                                 [0, 1e6]
     warm_start_windows: int = 10    # with a gyroscope and the sign start: up to this many
     #                                 windows in a row start from the previous window's
     #                                 direction (local searches; the global least-squares
@@ -133,6 +157,11 @@ class EgomotionConfig:
         need(0 <= self.rotation_error <= 10, 'rotation_error', 'in [0, 10]')
         need(0 <= self.sign_tolerance <= 10, 'sign_tolerance', 'in [0, 10]')
         need(self.sign_flows >= 10, 'sign_flows', '>= 10')
+        need(isinstance(self.rotation_start, (bool, np.bool_)), 'rotation_start',
+             'true or false')
+        need(0 <= self.rotation_start_residual <= 10, 'rotation_start_residual', 'in [0, 10]')
+        need(0 <= self.rotation_prior_weight <= 1e6, 'rotation_prior_weight',
+             'in [0, 1e6] s^2/rad^2')
         need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
         return self
 
@@ -318,6 +347,21 @@ _WARM_SAME_DEG = 5.0
 # CPU per paced window).
 _WARM_ROUNDS_LESS = 1
 
+# Without a gyroscope, the joint least squares' first search from the rotation start takes a
+# first step this many times the sphere grid's spacing (a warm or local start: 0.25): the
+# start's omega is the rotation-only fit, so the direction may have to move further (held-out
+# set, the rotation start forced on every window: exact magnitudes 2.5 deg median at 0.25,
+# 1.2 at 0.5, 0.9 at 1.0; the flow model's flows 11.0, 11.6 and 13.9 deg).
+_ROTATION_START_REACH = 0.5
+# The accuracy check without a gyroscope also passes when the flows with the smallest |a . d|
+# (this share of them) leave a median |residual| below _DEPTH_FREE_LIMIT times the limit
+# (rotation_start_residual of the median |flow|). Measured (median |residual| of that tenth
+# / median |flow|): the flow model's held-out windows 0.056-0.54 (2 % below 0.068), exact
+# flows of random per-flow depths 0.013-0.027, analytic windows with 5 % noise and outliers
+# up to 0.048.
+_DEPTH_FREE_SHARE = 0.1
+_DEPTH_FREE_LIMIT = 0.5
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -348,6 +392,7 @@ class _Window:
         # (6, N) a a^T, the mixed products twice
         self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
         self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
+        self.first_free_stats = None  # _fit_free's first cell sums (Huber weights of m)
 
     def __len__(self):
         return len(self.m)
@@ -616,21 +661,8 @@ class EgomotionEstimator:
                 and self._warm_windows < config.warm_start_windows)
         self._warm_windows = self._warm_windows + 1 if warm else 0
         if config.sign_start:
-            # A start that ignores the magnitudes: the direction whose cheirality (the sign of
-            # a . d) agrees best with the signs of the derotated flows, the flows weighted by
-            # how far their derotated flow stands out of the rotational flow's error.
-            trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
-            signed = window.weight * window.robust * trust * np.sign(r)
-            # At most sign_flows flows (evenly spread in input order): the vote needs no more.
-            pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
-            # float32: the vote only picks a start that the least squares refine.
-            a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
-            signed_sign = np.take(signed, pick).astype(np.float32)
-            direction = self._search(
-                lambda dirs, mirror=False: self._cost_sign(
-                    a_sign, signed_sign, dirs.astype(np.float32), mirror),
-                previous if warm else None, coarse=not warm, final=False, scale_free=False,
-                fewer=_WARM_ROUNDS_LESS if warm else 0)
+            direction, signed = self._sign_vote(window, r, h, window.weight * window.robust,
+                                                previous if warm else None)
             coarse_rounds = -1
         robust = window.robust
         robust_iterations = config.robust_iterations
@@ -658,6 +690,30 @@ class EgomotionEstimator:
                 window.robust = local_robust
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
+
+    def _sign_vote(self, window, r, h, weight, previous=None):
+        """
+        Direction whose cheirality best agrees with the signs of derotated flows r: (d, signed).
+
+        A start that ignores the magnitudes: the sign of a . d against the sign of r, the flows
+        weighted (weight (N,)) by how far their derotated flow stands out of the rotational
+        flow h's error. previous: search locally around it (a warm start), else the sphere.
+        signed (N,): the flows' signed weights of _cost_sign.
+        """
+        config = self.config
+        trust = r * r / (r * r + (config.rotation_error * h) ** 2 + 1e-300)
+        signed = weight * trust * np.sign(r)
+        # At most sign_flows flows (evenly spread in input order): the vote needs no more.
+        pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
+        # float32: the vote only picks a start that the least squares refine.
+        a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
+        signed_sign = np.take(signed, pick).astype(np.float32)
+        direction = self._search(
+            lambda dirs, mirror=False: self._cost_sign(
+                a_sign, signed_sign, dirs.astype(np.float32), mirror),
+            previous, coarse=previous is None, final=False, scale_free=False,
+            fewer=_WARM_ROUNDS_LESS if previous is not None else 0)
+        return direction, signed
 
     def _fit_known(self, window, r, table, start_stats, direction, coarse_rounds,
                    robust_iterations, known_first=None):
@@ -723,14 +779,68 @@ class EgomotionEstimator:
     # ---- without a gyroscope --------------------------------------------------------------
 
     def _solve_free(self, window):
-        """Direction and omega together: cell depths and omega by least squares per direction."""
+        """
+        Direction and omega together: cell depths and omega by least squares per direction.
+
+        With rotation_start, the rotation-only fit of omega stands in for a gyroscope in a
+        sign vote for the start, the joint least squares refine it locally, and the final
+        omega is pulled towards the rotation-only fit (rotation_prior_weight).
+        """
+        config = self.config
         a, g, m = window.a_rows, window.g, window.m
-        self._reweight(window, m, m)  # caps gross outliers before any fit
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
         table = np.concatenate([window.aa_rows, a * m,
                                 (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
-        direction = None
-        last = self.config.robust_iterations
+        fitted = None
+        if not config.rotation_start:
+            fitted = self._fit_free(window, table)
+        else:
+            # The joint least squares serve where the flows are accurate enough: after one
+            # Huber round, their global minimum leaves a median |residual| below
+            # rotation_start_residual of the median |flow|. Else (the flow model's flows)
+            # its magnitude errors move that minimum far off (a translation with free cell
+            # depths mimics much of a rotation), while the rotation-only fit, with the
+            # translational flow left as an error that mostly averages out, is near the true
+            # omega; with that omega in place of a gyroscope, the sign vote finds the
+            # direction's basin, and the joint least squares refine it locally.
+            # The residual of flows whose normal is nearly perpendicular to the translational
+            # flow (the tenth with the smallest |a . d|) does not depend on the depths: where
+            # the depth varies inside the cells (the depth model's misfit, not the flows'),
+            # those flows still show that the flows are accurate.
+            limit = config.rotation_start_residual * _median(np.abs(m))
+
+            def accurate(direction, omega):
+                residual, b = self._cell_residual(window, direction, omega)
+                if _median(np.abs(residual)) < limit:
+                    return True
+                flat = np.abs(b) <= np.quantile(np.abs(b), _DEPTH_FREE_SHARE)
+                return _median(np.abs(residual[flat])) < _DEPTH_FREE_LIMIT * limit
+            fitted = self._fit_free(window, table, accurate=accurate)
+        if fitted is None:
+            rotation = self._rotation_only(window)
+            h = g @ rotation
+            start, _ = self._sign_vote(window, m - h, h, window.weight)
+            fitted = self._fit_free(window, table, start, rotation)
+        direction, omega, stats, ar, r = fitted
+        known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
+        # The explained share of the flow left after rotation, as with a gyroscope.
+        fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
+        return direction, omega, fit
+
+    def _fit_free(self, window, table, start=None, rotation=None, accurate=None):
+        """
+        Joint least squares of omega and direction with Huber rounds: (d, omega, stats, ar, r).
+
+        start: refine it locally, else search the sphere. rotation: the rotation-only fit that
+        the final omega is pulled towards (rotation_prior_weight), or None. accurate(d, omega):
+        asked after the second search (the first with Huber weights; the first when there
+        is no Huber round); when false, return None at once.
+        """
+        config = self.config
+        g, m = window.g, window.m
+        self._reweight(window, m, m)  # caps gross outliers before any fit
+        direction = start
+        last = config.robust_iterations
         evaluated = {}
 
         def cost(dirs, mirror=False):
@@ -743,23 +853,63 @@ class EgomotionEstimator:
             return values
 
         for iteration in range(last + 1):
-            stats = self._cell_stats_free(window, table)
-            direction, omega = self._search(cost, direction, coarse=iteration <= 1,
+            if iteration or window.first_free_stats is None:
+                stats = self._cell_stats_free(window, table)
+            else:
+                stats = window.first_free_stats  # same Huber weights (of m alone) as before
+            if iteration == 0:
+                window.first_free_stats = stats
+            direction, omega = self._search(cost, direction,
+                                            coarse=start is None and iteration <= 1,
                                             final=iteration == last,
-                                            companion=lambda: evaluated['omega'])
+                                            companion=lambda: evaluated['omega'],
+                                            reach=_ROTATION_START_REACH if iteration == 0
+                                            else 0.25)
             if iteration == last or omega is None:
                 omega = self._omega_free(stats, direction[None])[0][0]
             # else: only for the Huber weights, omega from the last grid (smooth in d)
+            if accurate is not None and iteration == min(1, last) and \
+                    not accurate(direction, omega):
+                return None
+            if iteration == last and rotation is not None and config.rotation_prior_weight > 0:
+                # Ridge towards the rotation-only fit: the posterior mean with a prior of
+                # variance 1 / rotation_prior_weight around it and flows whose error variance
+                # (per unit weight) is the fit's mean squared residual. With exact magnitudes
+                # the residual and so the pull are tiny.
+                residual = float(self._cost_free(stats, direction[None])[0][0])
+                pull = config.rotation_prior_weight * max(residual, 0.0) / max(
+                    float(np.dot(window.weight, window.robust)), 1e-300)
+                omega = self._omega_free(stats, direction[None], (rotation, pull))[0][0]
             r = m - g @ omega
             # The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . w).
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
-            if iteration < self.config.robust_iterations:
+            if iteration < last:
                 self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
                                                          direction))
-        known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
-        # The explained share of the flow left after rotation, as with a gyroscope.
-        fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
-        return direction, omega, fit
+        return direction, omega, stats, ar, r
+
+    @staticmethod
+    def _cell_residual(window, direction, omega):
+        """Per-flow residual (N,) under (direction, omega), cell depths fitted, and a . d (N,)."""
+        r = window.m - window.g @ omega
+        sums = window.cell_sums(np.concatenate([window.aa_rows, window.a_rows * r]),
+                                window.weight * window.robust)
+        s_bb = sums[:, :6] @ _squares(direction[None])[0]
+        rho = np.where(s_bb > 0, (sums[:, 6:9] @ direction) / np.maximum(s_bb, 1e-300), 0.0)
+        b = window.a @ direction
+        return r - np.take(np.maximum(rho, 0.0), window.cell) * b, b
+
+    def _rotation_only(self, window):
+        """Omega (3,) of the least squares m = g . omega, translation ignored (Huber-capped)."""
+        m = window.m
+        self._reweight(window, m, m)  # caps gross outliers
+        w = window.weight * window.robust
+        wg = window.g_rows * w
+        gg = wg @ window.g
+        gg += np.eye(3) * (1e-12 * np.trace(gg))
+        omega = np.linalg.solve(gg, wg @ m)
+        window.robust = np.ones_like(m)
+        return omega
 
     @staticmethod
     def _cell_stats_free(window, table):
@@ -804,19 +954,26 @@ class EgomotionEstimator:
         return total_r - _clipped_gain(s_br, inv, mirror), omega
 
     @staticmethod
-    def _omega_free(stats, dirs):
-        """Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C)."""
+    def _omega_free(stats, dirs, prior=None):
+        """
+        Omega (K, 3) of each direction (K, 3) and the cells' 1 / S_bb (K, C).
+
+        prior: (omega0 (3,), weight): minimise the residual plus weight |omega - omega0|^2.
+        """
         aa, _, _, pairs, h0, _, gm, _ = stats
         squares = _squares(dirs)
         inv = 1.0 / np.maximum(squares @ aa.T, np.finfo(aa.dtype).tiny)            # (K, C)
         # sum_c T_c T_c^T / S_bb (9 values per direction): H = gg - [:6], rhs = gm - [6:9]
         moments = ((inv @ pairs).reshape(len(dirs), 9, 6) @ squares[:, :, None])[:, :, 0]
-        return _solve_sym3(h0 - moments[:, :6], gm - moments[:, 6:9]), inv
+        h, rhs = h0 - moments[:, :6], gm - moments[:, 6:9]
+        if prior is not None:
+            h, rhs = h + prior[1] * _DIAGONAL, rhs + prior[1] * prior[0]
+        return _solve_sym3(h, rhs), inv
 
     # ---- shared ---------------------------------------------------------------------------
 
     def _search(self, cost, direction, coarse, final=True, scale_free=True, companion=None,
-                fewer=0):
+                fewer=0, reach=0.25):
         """
         Minimise cost(dirs (K, 3), mirror=False) -> (K,) over unit directions.
 
@@ -829,7 +986,8 @@ class EgomotionEstimator:
         cost(d) for c > 0 (the least-squares costs), so the grid needs no normalising.
         companion: returns (K, k) values that came with the last cost call (omega); then
         return (direction, its value: at the best point, or quadratic through its
-        neighbours; None without rounds). fewer: this many rounds fewer (at least 1).
+        neighbours; None without rounds). fewer: this many rounds fewer (at least 1). reach:
+        the first step of a local start, times the sphere grid's spacing.
         """
         step = self._coarse_step_rad
         if coarse or direction is None:
@@ -842,7 +1000,7 @@ class EgomotionEstimator:
             direction = candidates[best] if best < len(candidates) else \
                 -half[best - len(candidates)]
         else:
-            step *= 0.25
+            step *= reach
         # Final: the rounds to the resolution of refine_steps rounds from the coarse step,
         # the quadratic step standing in for the last one (a local start is 4x finer and
         # needs a round less). Not final: 3 rounds fewer than refine_steps (at least 1).
