@@ -362,6 +362,11 @@ _ROTATION_START_REACH = 0.5
 _DEPTH_FREE_SHARE = 0.1
 _DEPTH_FREE_LIMIT = 0.5
 
+# The time to contact's weighted medians find their flow in blocks of this many consecutive
+# flows (in the order of the inverse time to contact): per region, a sum per block, then a
+# cumulative sum within one block (cost ~ regions x (flows / this + this)).
+_TTC_BLOCK = 64
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -482,11 +487,20 @@ class EgomotionEstimator:
         shift = np.array([(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)])
         row_to, col_to = row[:, None] + shift[:, 0], col[:, None] + shift[:, 1]
         inside = (row_to >= 0) & (row_to < rows_ttc) & (col_to >= 0) & (col_to < cols_ttc)
-        self._ttc_pool = np.where(inside, row_to * cols_ttc + col_to,
-                                  rows_ttc * cols_ttc).astype(np.int16)
+        self._ttc_pool = np.where(inside, row_to * cols_ttc + col_to, rows_ttc * cols_ttc)
         self._ttc_pool_weight = np.where(
             inside, np.where(np.all(shift == 0, axis=1), 1.0, config.ttc_neighbour_weight),
-            0.0).astype(np.float32)
+            0.0)
+        # Per flow position in a window (at most max_flows): its block of the medians.
+        self._ttc_block_of = np.arange(config.max_flows) // _TTC_BLOCK
+        self._ttc_offsets = np.arange(_TTC_BLOCK)
+        # The weight of region s in the time to contact of region t: _ttc_share[code[s] -
+        # code[t]], code = row * 2 cols + col (a negative difference indexes from the end).
+        self._ttc_code = row * 2 * cols_ttc + col
+        self._ttc_share = np.zeros((2 * rows_ttc + 2) * 2 * cols_ttc)
+        self._ttc_share[shift[:, 0] * 2 * cols_ttc + shift[:, 1]] = np.where(
+            np.all(shift == 0, axis=1), 1.0, config.ttc_neighbour_weight)
+        self._ttc_regions = np.arange(rows_ttc * cols_ttc)
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -1057,8 +1071,8 @@ class EgomotionEstimator:
         """Time to contact per region [s]: weighted median of per-flow estimates."""
         config = self.config
         rows, cols = config.ttc_grid
-        b = window.a @ direction
-        r = window.m - window.g @ omega
+        b = direction @ window.a_rows
+        r = window.m - omega @ window.g_rows
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
         # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth), times the
         # validity. Not the fit's 1 / (|flow| + floor) nor the slow-flow factor: both weigh
@@ -1080,26 +1094,32 @@ class EgomotionEstimator:
         enough = np.bincount(region, minlength=rows * cols) >= max(config.min_ttc_flows, 1)
         order = np.argsort(inverse)
         inverse, region, w = (np.take(c, order) for c in (inverse, region, w))
-        pool = 1
-        if config.ttc_neighbour_weight > 0:
-            # Entry 9 i + k: flow i in the k-th region of its 3 x 3 neighbourhood (rows * cols
-            # outside the grid, after all others, with weight 0). Entries are in the order of
-            # the inverse, and a stable sort by region keeps that order within a region.
-            pool = self._ttc_pool.shape[1]
-            w = (np.take(self._ttc_pool_weight, region, axis=0)
-                 * w[:, None].astype(np.float32)).reshape(-1)
-            region = np.take(self._ttc_pool, region, axis=0).reshape(-1)
-        entries = np.argsort(region, kind='stable')
-        counts = np.bincount(region, minlength=rows * cols)[:rows * cols]
-        bounds = np.concatenate([[0], np.cumsum(counts)])
-        cumulative = np.concatenate([[0.0], np.cumsum(np.take(w, entries), dtype=np.float64)])
-        start, total = cumulative[bounds[:-1]], cumulative[bounds[1:]] - cumulative[bounds[:-1]]
-        # The weighted median of each region: the first entry whose cumulative weight (within
-        # the region) reaches half of the region's total.
-        pick = np.searchsorted(cumulative, start + 0.5 * total, side='left') - 1
-        pick = np.clip(pick, bounds[:-1], np.maximum(bounds[1:] - 1, bounds[:-1]))
-        pick = np.minimum(pick, len(entries) - 1)
-        median = np.where(enough, inverse[np.take(entries, pick) // pool], np.nan)
+        # The weighted median of a region is the first flow in this order whose cumulative
+        # weight (in the region's pool) reaches half of the pool's total. Two steps instead of
+        # one cumulative sum per region over all flows: per region the weights summed over
+        # blocks of _TTC_BLOCK consecutive flows (one bincount) and pooled over the 3 x 3
+        # neighbourhood (a convolution of the rows x cols x blocks sums) find the block that
+        # holds the median; the cumulative sum within that block finds the flow.
+        count, regions = len(inverse), rows * cols
+        blocks = -(-count // _TTC_BLOCK)
+        # (regions + 1, blocks): the last row, outside the grid, stays 0
+        sums = np.bincount(region * blocks + self._ttc_block_of[:count], weights=w,
+                           minlength=(regions + 1) * blocks).reshape(regions + 1, blocks)
+        pooled = self._ttc_pool_weight[:, None, :] @ np.take(sums, self._ttc_pool, axis=0)
+        cumulative = np.cumsum(pooled[:, 0], axis=1)
+        half = 0.5 * cumulative[:, -1:]
+        # the median's block (cumulative < half for all blocks before it); then in the
+        # (regions, _TTC_BLOCK) flows of each region's block, the weight still to reach
+        block = np.count_nonzero(cumulative < half, axis=1)
+        entry = np.minimum((block * _TTC_BLOCK)[:, None] + self._ttc_offsets, count - 1)
+        # (a block past the last flow repeats the last flow: its weight counts only after
+        # half was reached, or where rounding kept the cumulative sum short of it)
+        rest = half - cumulative[self._ttc_regions, block - 1][:, None] * (block > 0)[:, None]
+        share = np.take(self._ttc_share, np.take(self._ttc_code, np.take(region, entry))
+                        - self._ttc_code[:, None])
+        within = np.cumsum(share * np.take(w, entry), axis=1)
+        pick = np.minimum(np.count_nonzero(within < rest, axis=1), _TTC_BLOCK - 1)
+        median = np.where(enough, np.take(inverse, entry[self._ttc_regions, pick]), np.nan)
         with np.errstate(divide='ignore', invalid='ignore'):
             grid = np.where(median > 0, 1.0 / median, np.nan)
         return grid.reshape(rows, cols).astype(np.float32)
