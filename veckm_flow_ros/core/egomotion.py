@@ -207,9 +207,8 @@ def fibonacci_sphere(count: int) -> np.ndarray:
 
 # The six distinct products of a row (x, y, z) with itself: x x, y y, z z, x y, x z, y z.
 _SQ_FIRST, _SQ_SECOND = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2])
-# Per-flow tables hold the mixed products twice: a direction's six products then give the
-# quadratic form d^T S d of the symmetric 3x3 sum S in one dot product.
-_SQ_TWICE = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
+# Per-flow tables (_Window.aa_rows) hold the mixed products twice: a direction's six products
+# then give the quadratic form d^T S d of the symmetric 3x3 sum S in one dot product.
 
 
 def _squares(rows):
@@ -394,13 +393,26 @@ class _Window:
         self.num_cells = len(starts)
         self.region = region                      # (N,) time-to-contact region index
         self.input_order = input_order
-        # (6, N) a a^T, the mixed products twice
-        self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
+        # (6, N) a a^T (order of _squares), the mixed products twice, and room behind it
+        # for known_table's rows (written in place: no copies of the per-flow tables)
+        self._products = np.empty((10, len(m)))
+        self.aa_rows = self._products[:6]
+        np.multiply(a_rows, a_rows, out=self.aa_rows[:3])
+        np.multiply(a_rows[0], a_rows[1:], out=self.aa_rows[3:5])
+        np.multiply(a_rows[1], a_rows[2], out=self.aa_rows[5])
+        self.aa_rows[3:] *= 2.0
         self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
         self.first_free_stats = None  # _fit_free's first cell sums (Huber weights of m)
 
     def __len__(self):
         return len(self.m)
+
+    def known_table(self, r):
+        """Return (10, N) per flow a a^T (aa_rows), a r and r^2, r (N,) the derotated flow."""
+        table = self._products
+        np.multiply(self.a_rows, r, out=table[6:9])
+        np.multiply(r, r, out=table[9])
+        return table
 
     def input_positions(self):
         """Return the flows' positions (N,) in input order: argsort(input_order), by a scatter."""
@@ -540,7 +552,7 @@ class EgomotionEstimator:
         result.omega_rad_s = omega
         result.translation_fit = fit
         self._previous = direction if fit >= config.min_translation_fit else None
-        result.inlier_fraction = float(np.mean(window.robust >= 1.0))
+        result.inlier_fraction = np.count_nonzero(window.robust >= 1.0) / len(window)
         if fit < config.min_translation_fit or not np.all(np.isfinite(direction)):
             return result
         result.direction = direction
@@ -664,7 +676,7 @@ class EgomotionEstimator:
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
         # Per flow a a^T, a r, r^2: every fit below sums this table per cell with its weights.
-        table = np.concatenate([window.aa_rows, window.a_rows * r, (r * r)[None]])
+        table = window.known_table(r)
         start_stats = self._cell_stats_known(window, table)
         direction = None
         coarse_rounds = 1
