@@ -611,7 +611,7 @@ class EgomotionEstimator:
         pixel = np.take(y * width + x, index).astype(np.int64)
         maps = np.take(self._pixel_map, pixel, axis=0)  # x, y, M^T, cell, region (N, 8)
         cell_region = maps[:, 6:].astype(np.intp)
-        maps = maps[:, :6].astype(np.float64)
+        # (the float32 columns enter float64 arithmetic as they are: exact, no copy)
         speed = np.take(speed, index)
         nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
         nx = maps[:, 2] * nx_px + maps[:, 3] * ny_px
@@ -1092,9 +1092,9 @@ class EgomotionEstimator:
         # or too large (short times). Flows whose sign no positive depth explains (the sign
         # errors of slow flows) are left out: they would pull the median towards zero.
         w = np.abs(b) * window.validity * window.robust
-        with np.errstate(divide='ignore', invalid='ignore'):
-            inverse = r * direction[2] / b
-        ok = (w > 1e-12) & (inverse > 0)
+        ok = w > 1e-12  # (so b != 0)
+        inverse = np.divide(r * direction[2], b, out=np.zeros_like(b), where=ok)
+        ok &= inverse > 0
         inverse, region, w = inverse[ok], window.region[ok], w[ok]
         grid = np.full(rows * cols, np.nan)
         if len(inverse) == 0:
@@ -1132,8 +1132,7 @@ class EgomotionEstimator:
         within = np.cumsum(share * np.take(w, entry), axis=1)
         pick = np.minimum(np.count_nonzero(within < rest, axis=1), _TTC_BLOCK - 1)
         median = np.where(enough, np.take(inverse, entry[self._ttc_regions, pick]), np.nan)
-        with np.errstate(divide='ignore', invalid='ignore'):
-            grid = np.where(median > 0, 1.0 / median, np.nan)
+        grid = 1.0 / median  # (every inverse is > 0; NaN stays NaN)
         return grid.reshape(rows, cols).astype(np.float32)
 
 
