@@ -401,7 +401,6 @@ class _Window:
         np.multiply(a_rows[0], a_rows[1:], out=self.aa_rows[3:5])
         np.multiply(a_rows[1], a_rows[2], out=self.aa_rows[5])
         self.aa_rows[3:] *= 2.0
-        self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
         self.first_free_stats = None  # _fit_free's first cell sums (Huber weights of m)
 
     def __len__(self):
@@ -426,28 +425,8 @@ class _Window:
         return np.add.reduceat(table * weight, self.starts, axis=1).T
 
     def robust_sums(self, table):
-        """
-        Per-cell sums (C, k) of table (k, N) times weight * robust.
-
-        Most Huber weights are 1: the sums with weight alone are kept per table, and a round
-        takes off the share of the down-weighted flows only (all sums are of bounded or
-        moderate terms in float64: the fit weight 1 / (|flow| + floor) bounds them).
-        """
-        key = id(table)
-        if key not in self._full_sums:
-            self._full_sums[key] = (table, self.cell_sums(table, self.weight))
-        full = self._full_sums[key][1]
-        down = np.flatnonzero(self.robust < 1.0)
-        if 2 * len(down) > len(self.m):
-            return self.cell_sums(table, self.weight * self.robust)
-        sums = np.array(full)
-        if len(down):
-            cells = np.take(self.cell, down)
-            first = np.flatnonzero(np.diff(cells, prepend=-1))
-            share = np.take(self.weight, down) * (1.0 - np.take(self.robust, down))
-            sums[np.take(cells, first)] -= np.add.reduceat(
-                np.take(table, down, axis=1) * share, first, axis=1).T
-        return sums
+        """Per-cell sums (C, k) of table (k, N) times weight * robust (one segmented sum)."""
+        return self.cell_sums(table, self.weight * self.robust)
 
 
 class EgomotionEstimator:
