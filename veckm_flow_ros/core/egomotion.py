@@ -288,6 +288,11 @@ def _tangent_basis(d):
                           x * e1[1] - y * e1[0])])
 
 
+def _finite(values):
+    """Whether all of a few values (array) are finite (a numpy reduction costs more cold)."""
+    return all(math.isfinite(value) for value in values.tolist())
+
+
 def _median(values):
     """np.median of a 1-D array of finite values, by one partition."""
     count = len(values)
@@ -518,7 +523,7 @@ class EgomotionEstimator:
             if gyro.size != 3:
                 raise ValueError(f'omega_rad_s must have 3 values (camera frame), got '
                                  f'{gyro.size}')
-            if not np.all(np.isfinite(gyro)):
+            if not _finite(gyro):
                 gyro = None
         window = self._prepare(x_px, y_px, u_px_s, v_px_s, weight)
         result = self._empty(t_s, 0 if window is None else len(window), gyro)
@@ -532,18 +537,19 @@ class EgomotionEstimator:
         result.translation_fit = fit
         self._previous = direction if fit >= config.min_translation_fit else None
         result.inlier_fraction = np.count_nonzero(window.robust >= 1.0) / len(window)
-        if fit < config.min_translation_fit or not np.all(np.isfinite(direction)):
+        if fit < config.min_translation_fit or not _finite(direction):
             return result
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:
             fx, fy = self.camera.project(direction[0] / direction[2],
                                          direction[1] / direction[2])
             result.foe_px = np.array([float(fx), float(fy)])
-            result.foe_valid = bool(np.all(np.isfinite(result.foe_px)))
+            result.foe_valid = _finite(result.foe_px)
             if direction[2] > 0:
                 result.ttc_grid_s = self._ttc(window, direction, omega)
-                if np.any(np.isfinite(result.ttc_grid_s)):
-                    result.min_ttc_s = float(np.nanmin(result.ttc_grid_s))
+                times_s = result.ttc_grid_s[~np.isnan(result.ttc_grid_s)]
+                if len(times_s):
+                    result.min_ttc_s = float(times_s.min())
         return result
 
     # ---- input ----------------------------------------------------------------------------
