@@ -629,10 +629,11 @@ class EgomotionEstimator:
         w = validity
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
-        slow = np.ones_like(w)
         if config.slow_flow_px_s > 0:
             square = speed * speed
             slow = square / (square + config.slow_flow_px_s ** 2)
+        else:
+            slow = np.ones_like(w)
         # a = A^T n = (-nx, -ny, q) with q = nx px + ny py; g = B^T n = (py q + ny,
         # -(px q + nx), nx py - ny px): written in place, rows of one (6, N) block.
         ag = np.empty((6, len(m)))
@@ -1083,9 +1084,8 @@ class EgomotionEstimator:
         inverse = np.divide(r * direction[2], b, out=np.zeros_like(b), where=ok)
         ok &= inverse > 0
         inverse, region, w = inverse[ok], window.region[ok], w[ok]
-        grid = np.full(rows * cols, np.nan)
         if len(inverse) == 0:
-            return grid.reshape(rows, cols).astype(np.float32)
+            return np.full((rows, cols), np.nan, np.float32)
         # A region needs min_ttc_flows of its own; its median also takes the flows of its 8
         # neighbours at ttc_neighbour_weight: the flow model's errors differ from surface to
         # surface, and a wider pool averages them while the grid keeps its resolution (an
