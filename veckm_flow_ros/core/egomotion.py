@@ -213,7 +213,7 @@ _SQ_FIRST, _SQ_SECOND = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2
 
 def _squares(rows):
     """Return the (K, 6) products x x, y y, z z, x y, x z, y z of the rows (K, 3)."""
-    return rows[:, _SQ_FIRST] * rows[:, _SQ_SECOND]
+    return rows.take(_SQ_FIRST, axis=1) * rows.take(_SQ_SECOND, axis=1)
 
 
 def _clipped_gain(s_br, inv, mirror):
