@@ -1101,6 +1101,8 @@ class EgomotionEstimator:
         # holds the median; the cumulative sum within that block finds the flow.
         count, regions = len(inverse), rows * cols
         blocks = -(-count // _TTC_BLOCK)
+        if count > len(self._ttc_block_of):  # (a config changed after construction)
+            self._ttc_block_of = np.arange(count) // _TTC_BLOCK
         # (regions + 1, blocks): the last row, outside the grid, stays 0
         sums = np.bincount(region * blocks + self._ttc_block_of[:count], weights=w,
                            minlength=(regions + 1) * blocks).reshape(regions + 1, blocks)
