@@ -348,6 +348,51 @@ def test_time_to_contact_neighbour_weight_trades_a_region_bias_for_localisation(
         assert abs(result.ttc_grid_s[2, 1] - 4.0) < 0.2, result.ttc_grid_s
 
 
+def pooled_median_times(window, direction, omega, config):
+    """Time to contact per region: the pooled weighted median, one region at a time."""
+    rows, cols = config.ttc_grid
+    b = window.a @ direction
+    with np.errstate(divide='ignore', invalid='ignore'):
+        inverse = (window.m - window.g @ omega) * direction[2] / b
+    weight = np.abs(b) * window.validity * window.robust
+    usable = (weight > 1e-12) & (inverse > 0)
+    row, col = np.divmod(window.region, cols)
+    times = np.full((rows, cols), np.nan)
+    for r in range(rows):
+        for c in range(cols):
+            own = usable & (row == r) & (col == c)
+            if own.sum() < config.min_ttc_flows:
+                continue
+            near = usable & (np.abs(row - r) <= 1) & (np.abs(col - c) <= 1)
+            pool = np.where(own, 1.0, config.ttc_neighbour_weight) * weight * near
+            order = np.argsort(inverse)
+            cumulative = np.cumsum(pool[order])
+            first = np.searchsorted(cumulative, 0.5 * cumulative[-1], side='left')
+            times[r, c] = 1.0 / inverse[order][first]
+    return times
+
+
+@pytest.mark.parametrize('grid, neighbour_weight', [
+    ((6, 8), 0.25), ((6, 8), 0.0), ((3, 4), 1.0), ((1, 5), 0.25), ((20, 30), 0.25)])
+def test_time_to_contact_is_the_pooled_weighted_median(grid, neighbour_weight):
+    """The block-wise medians equal the medians of each region's pool taken one at a time."""
+    rng = np.random.default_rng(3)
+    x, y, u, w, _ = analytic_window(PLUMB_BOB, np.array([0.2, -0.1, 1.0]),
+                                    np.array([0.1, -0.2, 0.3]), count=3000, noise=0.3)
+    config = EgomotionConfig(ttc_grid=grid, ttc_neighbour_weight=neighbour_weight,
+                             min_ttc_flows=2)
+    estimator = EgomotionEstimator(PLUMB_BOB, config)
+    window = estimator._prepare(x, y, u, w, rng.uniform(0.2, 1.0, len(x)))
+    window.robust = np.where(rng.random(len(window)) < 0.2, rng.random(len(window)), 1.0)
+    direction, omega = np.array([0.25, -0.1, 0.96]), np.array([0.1, -0.2, 0.3])
+    expected = pooled_median_times(window, direction, omega, config)
+    times = estimator._ttc(window, direction, omega)
+    assert np.array_equal(np.isnan(times), np.isnan(expected))
+    assert np.isfinite(expected).sum() >= grid[0] * grid[1] // 2
+    np.testing.assert_allclose(times[np.isfinite(times)], expected[np.isfinite(expected)],
+                               rtol=1e-6)
+
+
 @pytest.mark.parametrize('name, value, message', [
     ('window_s', 0.0, 'window_s must be in'), ('min_flows', 2, 'min_flows must be >= 10'),
     ('ttc_grid', (0, 8), 'ttc_grid must be'), ('min_validity', 1.5, 'min_validity'),

@@ -207,14 +207,13 @@ def fibonacci_sphere(count: int) -> np.ndarray:
 
 # The six distinct products of a row (x, y, z) with itself: x x, y y, z z, x y, x z, y z.
 _SQ_FIRST, _SQ_SECOND = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2])
-# Per-flow tables hold the mixed products twice: a direction's six products then give the
-# quadratic form d^T S d of the symmetric 3x3 sum S in one dot product.
-_SQ_TWICE = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
+# Per-flow tables (_Window.aa_rows) hold the mixed products twice: a direction's six products
+# then give the quadratic form d^T S d of the symmetric 3x3 sum S in one dot product.
 
 
 def _squares(rows):
     """Return the (K, 6) products x x, y y, z z, x y, x z, y z of the rows (K, 3)."""
-    return rows[:, _SQ_FIRST] * rows[:, _SQ_SECOND]
+    return rows.take(_SQ_FIRST, axis=1) * rows.take(_SQ_SECOND, axis=1)
 
 
 def _clipped_gain(s_br, inv, mirror):
@@ -287,6 +286,11 @@ def _tangent_basis(d):
     e1 = (e1[0] * scale, e1[1] * scale, e1[2] * scale)
     return np.array([e1, (y * e1[2] - z * e1[1], z * e1[0] - x * e1[2],
                           x * e1[1] - y * e1[0])])
+
+
+def _finite(values):
+    """Whether all of a few values (array) are finite (a numpy reduction costs more cold)."""
+    return all(math.isfinite(value) for value in values.tolist())
 
 
 def _median(values):
@@ -362,6 +366,11 @@ _ROTATION_START_REACH = 0.5
 _DEPTH_FREE_SHARE = 0.1
 _DEPTH_FREE_LIMIT = 0.5
 
+# The time to contact's weighted medians find their flow in blocks of this many consecutive
+# flows (in the order of the inverse time to contact): per region, a sum per block, then a
+# cumulative sum within one block (cost ~ regions x (flows / this + this)).
+_TTC_BLOCK = 64
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -389,13 +398,25 @@ class _Window:
         self.num_cells = len(starts)
         self.region = region                      # (N,) time-to-contact region index
         self.input_order = input_order
-        # (6, N) a a^T, the mixed products twice
-        self.aa_rows = a_rows[_SQ_FIRST] * a_rows[_SQ_SECOND] * _SQ_TWICE[:, None]
-        self._full_sums = {}  # id(table): (table, its cell sums with weight alone)
+        # (6, N) a a^T (order of _squares), the mixed products twice, and room behind it
+        # for known_table's rows (written in place: no copies of the per-flow tables)
+        self._products = np.empty((10, len(m)))
+        self.aa_rows = self._products[:6]
+        np.multiply(a_rows, a_rows, out=self.aa_rows[:3])
+        np.multiply(a_rows[0], a_rows[1:], out=self.aa_rows[3:5])
+        np.multiply(a_rows[1], a_rows[2], out=self.aa_rows[5])
+        self.aa_rows[3:] *= 2.0
         self.first_free_stats = None  # _fit_free's first cell sums (Huber weights of m)
 
     def __len__(self):
         return len(self.m)
+
+    def known_table(self, r):
+        """Return (10, N) per flow a a^T (aa_rows), a r and r^2, r (N,) the derotated flow."""
+        table = self._products
+        np.multiply(self.a_rows, r, out=table[6:9])
+        np.multiply(r, r, out=table[9])
+        return table
 
     def input_positions(self):
         """Return the flows' positions (N,) in input order: argsort(input_order), by a scatter."""
@@ -409,28 +430,8 @@ class _Window:
         return np.add.reduceat(table * weight, self.starts, axis=1).T
 
     def robust_sums(self, table):
-        """
-        Per-cell sums (C, k) of table (k, N) times weight * robust.
-
-        Most Huber weights are 1: the sums with weight alone are kept per table, and a round
-        takes off the share of the down-weighted flows only (all sums are of bounded or
-        moderate terms in float64: the fit weight 1 / (|flow| + floor) bounds them).
-        """
-        key = id(table)
-        if key not in self._full_sums:
-            self._full_sums[key] = (table, self.cell_sums(table, self.weight))
-        full = self._full_sums[key][1]
-        down = np.flatnonzero(self.robust < 1.0)
-        if 2 * len(down) > len(self.m):
-            return self.cell_sums(table, self.weight * self.robust)
-        sums = np.array(full)
-        if len(down):
-            cells = np.take(self.cell, down)
-            first = np.flatnonzero(np.diff(cells, prepend=-1))
-            share = np.take(self.weight, down) * (1.0 - np.take(self.robust, down))
-            sums[np.take(cells, first)] -= np.add.reduceat(
-                np.take(table, down, axis=1) * share, first, axis=1).T
-        return sums
+        """Per-cell sums (C, k) of table (k, N) times weight * robust (one segmented sum)."""
+        return self.cell_sums(table, self.weight * self.robust)
 
 
 class EgomotionEstimator:
@@ -482,11 +483,20 @@ class EgomotionEstimator:
         shift = np.array([(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)])
         row_to, col_to = row[:, None] + shift[:, 0], col[:, None] + shift[:, 1]
         inside = (row_to >= 0) & (row_to < rows_ttc) & (col_to >= 0) & (col_to < cols_ttc)
-        self._ttc_pool = np.where(inside, row_to * cols_ttc + col_to,
-                                  rows_ttc * cols_ttc).astype(np.int16)
+        self._ttc_pool = np.where(inside, row_to * cols_ttc + col_to, rows_ttc * cols_ttc)
         self._ttc_pool_weight = np.where(
             inside, np.where(np.all(shift == 0, axis=1), 1.0, config.ttc_neighbour_weight),
-            0.0).astype(np.float32)
+            0.0)
+        # Per flow position in a window (at most max_flows): its block of the medians.
+        self._ttc_block_of = np.arange(config.max_flows) // _TTC_BLOCK
+        self._ttc_offsets = np.arange(_TTC_BLOCK)
+        # The weight of region s in the time to contact of region t: _ttc_share[code[s] -
+        # code[t]], code = row * 2 cols + col (a negative difference indexes from the end).
+        self._ttc_code = row * 2 * cols_ttc + col
+        self._ttc_share = np.zeros((2 * rows_ttc + 2) * 2 * cols_ttc)
+        self._ttc_share[shift[:, 0] * 2 * cols_ttc + shift[:, 1]] = np.where(
+            np.all(shift == 0, axis=1), 1.0, config.ttc_neighbour_weight)
+        self._ttc_regions = np.arange(rows_ttc * cols_ttc)
 
     # ---- public ---------------------------------------------------------------------------
 
@@ -513,7 +523,7 @@ class EgomotionEstimator:
             if gyro.size != 3:
                 raise ValueError(f'omega_rad_s must have 3 values (camera frame), got '
                                  f'{gyro.size}')
-            if not np.all(np.isfinite(gyro)):
+            if not _finite(gyro):
                 gyro = None
         window = self._prepare(x_px, y_px, u_px_s, v_px_s, weight)
         result = self._empty(t_s, 0 if window is None else len(window), gyro)
@@ -526,19 +536,20 @@ class EgomotionEstimator:
         result.omega_rad_s = omega
         result.translation_fit = fit
         self._previous = direction if fit >= config.min_translation_fit else None
-        result.inlier_fraction = float(np.mean(window.robust >= 1.0))
-        if fit < config.min_translation_fit or not np.all(np.isfinite(direction)):
+        result.inlier_fraction = np.count_nonzero(window.robust >= 1.0) / len(window)
+        if fit < config.min_translation_fit or not _finite(direction):
             return result
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:
             fx, fy = self.camera.project(direction[0] / direction[2],
                                          direction[1] / direction[2])
             result.foe_px = np.array([float(fx), float(fy)])
-            result.foe_valid = bool(np.all(np.isfinite(result.foe_px)))
+            result.foe_valid = _finite(result.foe_px)
             if direction[2] > 0:
                 result.ttc_grid_s = self._ttc(window, direction, omega)
-                if np.any(np.isfinite(result.ttc_grid_s)):
-                    result.min_ttc_s = float(np.nanmin(result.ttc_grid_s))
+                times_s = result.ttc_grid_s[~np.isnan(result.ttc_grid_s)]
+                if len(times_s):
+                    result.min_ttc_s = float(times_s.min())
         return result
 
     # ---- input ----------------------------------------------------------------------------
@@ -569,7 +580,7 @@ class EgomotionEstimator:
             # Even subsampling first: the cost of a window stays bounded at any flow rate.
             pick = np.linspace(0, lengths['x_px'] - 1, config.max_flows).astype(np.int64)
             columns = [np.take(c, pick) for c in columns]
-        x, y = (np.rint(c.astype(np.float64)) for c in columns[:2])
+        x, y = (np.rint(c, dtype=np.float64) for c in columns[:2])
         u, v = (c.astype(np.float64) for c in columns[2:4])
         speed = np.sqrt(u * u + v * v)
         # Comparisons are False for NaN; x < width and speed < inf also reject infinities.
@@ -584,8 +595,8 @@ class EgomotionEstimator:
         # (np.take: gathers much faster than fancy indexing)
         pixel = np.take(y * width + x, index).astype(np.int64)
         maps = np.take(self._pixel_map, pixel, axis=0)  # x, y, M^T, cell, region (N, 8)
-        cell_region = maps[:, 6:].astype(np.intp)
-        maps = maps[:, :6].astype(np.float64)
+        cell = maps[:, 6].astype(np.intp)
+        # (the float32 columns enter float64 arithmetic as they are: exact, no copy)
         speed = np.take(speed, index)
         nx_px, ny_px = np.take(u, index) / speed, np.take(v, index) / speed
         nx = maps[:, 2] * nx_px + maps[:, 3] * ny_px
@@ -595,7 +606,7 @@ class EgomotionEstimator:
         # Cells with too few flows tell nothing about depth: leave their flows out. Flows
         # without normalized coordinates or magnitude go to one more cell, never used.
         num_cells = self._num_cells
-        cell = np.where(np.isfinite(m), cell_region[:, 0], num_cells)
+        cell = np.where(np.isfinite(m), cell, num_cells)
         counts = np.bincount(cell, minlength=num_cells + 1)
         present = counts >= config.min_cell_flows
         present[num_cells] = False
@@ -609,17 +620,20 @@ class EgomotionEstimator:
         counts = counts[:num_cells][present[:num_cells]]
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         cell = np.repeat(np.arange(len(counts)), counts)
-        px, py, nx, ny, m, speed = np.take(
-            np.stack([maps[:, 0], maps[:, 1], nx / norm, ny / norm, m, speed]), order, axis=1)
+        # (one take per column or of whole rows: a take of strided columns costs ~4x more)
+        sorted_maps = np.take(maps, order, axis=0)
+        px, py = sorted_maps[:, 0], sorted_maps[:, 1]  # float32
+        nx, ny, m, speed = (np.take(c, order) for c in (nx / norm, ny / norm, m, speed))
         validity = np.take(w, np.take(index, order)) if weight is not None else \
             np.ones(len(order))
         w = validity
         if config.flow_floor_px_s > 0:
             w = w / (speed + config.flow_floor_px_s)
-        slow = np.ones_like(w)
         if config.slow_flow_px_s > 0:
             square = speed * speed
             slow = square / (square + config.slow_flow_px_s ** 2)
+        else:
+            slow = np.ones_like(w)
         # a = A^T n = (-nx, -ny, q) with q = nx px + ny py; g = B^T n = (py q + ny,
         # -(px q + nx), nx py - ny px): written in place, rows of one (6, N) block.
         ag = np.empty((6, len(m)))
@@ -635,7 +649,7 @@ class EgomotionEstimator:
         np.multiply(nx, py, out=ag[5])
         ag[5] -= ny * px
         a, g = ag[:3], ag[3:]                                            # (3, N) each
-        region = np.take(cell_region[:, 1], order)
+        region = sorted_maps[:, 7].astype(np.intp)
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     # ---- with a gyroscope -----------------------------------------------------------------
@@ -650,7 +664,7 @@ class EgomotionEstimator:
         # Before any fit, the derotated magnitude itself is the residual: caps gross outliers.
         self._reweight(window, r, r)
         # Per flow a a^T, a r, r^2: every fit below sums this table per cell with its weights.
-        table = np.concatenate([window.aa_rows, window.a_rows * r, (r * r)[None]])
+        table = window.known_table(r)
         start_stats = self._cell_stats_known(window, table)
         direction = None
         coarse_rounds = 1
@@ -706,7 +720,7 @@ class EgomotionEstimator:
         # At most sign_flows flows (evenly spread in input order): the vote needs no more.
         pick = window.input_positions()[::-(-len(r) // config.sign_flows)]
         # float32: the vote only picks a start that the least squares refine.
-        a_sign = np.take(window.a, pick, axis=0).astype(np.float32)
+        a_sign = np.take(window.a_rows, pick, axis=1).T.astype(np.float32, order='C')
         signed_sign = np.take(signed, pick).astype(np.float32)
         direction = self._search(
             lambda dirs, mirror=False: self._cost_sign(
@@ -1057,8 +1071,8 @@ class EgomotionEstimator:
         """Time to contact per region [s]: weighted median of per-flow estimates."""
         config = self.config
         rows, cols = config.ttc_grid
-        b = window.a @ direction
-        r = window.m - window.g @ omega
+        b = direction @ window.a_rows
+        r = window.m - omega @ window.g_rows
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
         # = median of r / b weighted by |b| (flows with b ~ 0 carry no depth), times the
         # validity. Not the fit's 1 / (|flow| + floor) nor the slow-flow factor: both weigh
@@ -1066,13 +1080,12 @@ class EgomotionEstimator:
         # or too large (short times). Flows whose sign no positive depth explains (the sign
         # errors of slow flows) are left out: they would pull the median towards zero.
         w = np.abs(b) * window.validity * window.robust
-        with np.errstate(divide='ignore', invalid='ignore'):
-            inverse = r * direction[2] / b
-        ok = (w > 1e-12) & (inverse > 0)
+        ok = w > 1e-12  # (so b != 0)
+        inverse = np.divide(r * direction[2], b, out=np.zeros_like(b), where=ok)
+        ok &= inverse > 0
         inverse, region, w = inverse[ok], window.region[ok], w[ok]
-        grid = np.full(rows * cols, np.nan)
         if len(inverse) == 0:
-            return grid.reshape(rows, cols).astype(np.float32)
+            return np.full((rows, cols), np.nan, np.float32)
         # A region needs min_ttc_flows of its own; its median also takes the flows of its 8
         # neighbours at ttc_neighbour_weight: the flow model's errors differ from surface to
         # surface, and a wider pool averages them while the grid keeps its resolution (an
@@ -1080,28 +1093,35 @@ class EgomotionEstimator:
         enough = np.bincount(region, minlength=rows * cols) >= max(config.min_ttc_flows, 1)
         order = np.argsort(inverse)
         inverse, region, w = (np.take(c, order) for c in (inverse, region, w))
-        pool = 1
-        if config.ttc_neighbour_weight > 0:
-            # Entry 9 i + k: flow i in the k-th region of its 3 x 3 neighbourhood (rows * cols
-            # outside the grid, after all others, with weight 0). Entries are in the order of
-            # the inverse, and a stable sort by region keeps that order within a region.
-            pool = self._ttc_pool.shape[1]
-            w = (np.take(self._ttc_pool_weight, region, axis=0)
-                 * w[:, None].astype(np.float32)).reshape(-1)
-            region = np.take(self._ttc_pool, region, axis=0).reshape(-1)
-        entries = np.argsort(region, kind='stable')
-        counts = np.bincount(region, minlength=rows * cols)[:rows * cols]
-        bounds = np.concatenate([[0], np.cumsum(counts)])
-        cumulative = np.concatenate([[0.0], np.cumsum(np.take(w, entries), dtype=np.float64)])
-        start, total = cumulative[bounds[:-1]], cumulative[bounds[1:]] - cumulative[bounds[:-1]]
-        # The weighted median of each region: the first entry whose cumulative weight (within
-        # the region) reaches half of the region's total.
-        pick = np.searchsorted(cumulative, start + 0.5 * total, side='left') - 1
-        pick = np.clip(pick, bounds[:-1], np.maximum(bounds[1:] - 1, bounds[:-1]))
-        pick = np.minimum(pick, len(entries) - 1)
-        median = np.where(enough, inverse[np.take(entries, pick) // pool], np.nan)
-        with np.errstate(divide='ignore', invalid='ignore'):
-            grid = np.where(median > 0, 1.0 / median, np.nan)
+        # The weighted median of a region is the first flow in this order whose cumulative
+        # weight (in the region's pool) reaches half of the pool's total. Two steps instead of
+        # one cumulative sum per region over all flows: per region the weights summed over
+        # blocks of _TTC_BLOCK consecutive flows (one bincount) and pooled over the 3 x 3
+        # neighbourhood (a convolution of the rows x cols x blocks sums) find the block that
+        # holds the median; the cumulative sum within that block finds the flow.
+        count, regions = len(inverse), rows * cols
+        blocks = -(-count // _TTC_BLOCK)
+        if count > len(self._ttc_block_of):  # (a config changed after construction)
+            self._ttc_block_of = np.arange(count) // _TTC_BLOCK
+        # (regions + 1, blocks): the last row, outside the grid, stays 0
+        sums = np.bincount(region * blocks + self._ttc_block_of[:count], weights=w,
+                           minlength=(regions + 1) * blocks).reshape(regions + 1, blocks)
+        pooled = self._ttc_pool_weight[:, None, :] @ np.take(sums, self._ttc_pool, axis=0)
+        cumulative = np.cumsum(pooled[:, 0], axis=1)
+        half = 0.5 * cumulative[:, -1:]
+        # the median's block (cumulative < half for all blocks before it); then in the
+        # (regions, _TTC_BLOCK) flows of each region's block, the weight still to reach
+        block = np.count_nonzero(cumulative < half, axis=1)
+        entry = np.minimum((block * _TTC_BLOCK)[:, None] + self._ttc_offsets, count - 1)
+        # (a block past the last flow repeats the last flow: its weight counts only after
+        # half was reached, or where rounding kept the cumulative sum short of it)
+        rest = half - cumulative[self._ttc_regions, block - 1][:, None] * (block > 0)[:, None]
+        share = np.take(self._ttc_share, np.take(self._ttc_code, np.take(region, entry))
+                        - self._ttc_code[:, None])
+        within = np.cumsum(share * np.take(w, entry), axis=1)
+        pick = np.minimum(np.count_nonzero(within < rest, axis=1), _TTC_BLOCK - 1)
+        median = np.where(enough, np.take(inverse, entry[self._ttc_regions, pick]), np.nan)
+        grid = 1.0 / median  # (every inverse is > 0; NaN stays NaN)
         return grid.reshape(rows, cols).astype(np.float32)
 
 
