@@ -50,6 +50,7 @@ evaluation all call estimate() per window. GyroBuffer averages gyroscope samples
 window (bounded memory).
 """
 
+import bisect
 from dataclasses import dataclass, fields
 import math
 from typing import Optional
@@ -1125,6 +1126,21 @@ class EgomotionEstimator:
         return grid.reshape(rows, cols).astype(np.float32)
 
 
+def _interpolate(times, rates, t_s):
+    """
+    The rates (lists of 3) linearly interpolated at t_s, times[0] <= t_s <= times[-1].
+
+    np.interp's arithmetic on Python floats (same results): the sample's value at a sample
+    time, else slope x (t_s - left time) + left value.
+    """
+    left = bisect.bisect_right(times, t_s) - 1
+    if left == len(times) - 1 or times[left] == t_s:
+        return rates[left]
+    t_left, step_s = times[left], times[left + 1] - times[left]
+    return [(b - a) / step_s * (t_s - t_left) + a
+            for a, b in zip(rates[left], rates[left + 1])]
+
+
 class GyroBuffer:
     """
     Recent gyroscope samples, averaged over a window in the camera frame (bounded memory).
@@ -1205,17 +1221,27 @@ class GyroBuffer:
         if len(self) == 0 or not t1_s >= t0_s:
             return None
         t = self._t[self._start:self._end]
-        w = self._w[self._start:self._end]
+        first_s, last_s = float(t[0]), float(t[-1])
         lo, hi = t0_s - self.time_offset_s, t1_s - self.time_offset_s
-        if lo < t[0] - self.max_gap_s or hi > t[-1] + self.max_gap_s:
+        if lo < first_s - self.max_gap_s or hi > last_s + self.max_gap_s:
             return None
-        lo_c, hi_c = np.clip(lo, t[0], t[-1]), np.clip(hi, t[0], t[-1])
-        if hi_c - lo_c <= 0:
-            rate = np.array([np.interp(0.5 * (lo_c + hi_c), t, w[:, i]) for i in range(3)])
+        lo, hi = min(max(lo, first_s), last_s), min(max(hi, first_s), last_s)
+        # A window holds a few samples: Python floats over them cost less than numpy calls
+        # over the buffer (same arithmetic as np.interp and the trapezoid sum).
+        begin, end = (int(index) for index in t.searchsorted((lo, hi), side='right'))
+        begin = max(begin - 1, 0)   # the sample at or before lo
+        end = min(end + 1, len(t))  # up to the sample after hi
+        times = t[begin:end].tolist()
+        rates = self._w[self._start + begin:self._start + end].tolist()
+        if hi - lo <= 0:
+            rate = _interpolate(times, rates, 0.5 * (lo + hi))
         else:
-            inside = (t > lo_c) & (t < hi_c)
-            knots = np.concatenate([[lo_c], t[inside], [hi_c]])
-            values = np.stack([np.interp(knots, t, w[:, i]) for i in range(3)], axis=1)
-            steps = np.diff(knots)[:, None]
-            rate = ((values[1:] + values[:-1]) * 0.5 * steps).sum(axis=0) / (hi_c - lo_c)
-        return self.rotation_cam_imu @ rate
+            knots = [lo] + [t_s for t_s in times if lo < t_s < hi] + [hi]
+            values = [_interpolate(times, rates, knot) for knot in knots]
+            rate = None
+            for step, (start, stop) in enumerate(zip(values, values[1:])):
+                duration_s = knots[step + 1] - knots[step]
+                area = [(b + a) * 0.5 * duration_s for a, b in zip(start, stop)]
+                rate = area if rate is None else [r + s for r, s in zip(rate, area)]
+            rate = [r / (hi - lo) for r in rate]
+        return self.rotation_cam_imu @ np.array(rate)
