@@ -1128,7 +1128,7 @@ class EgomotionEstimator:
 
 def _interpolate(times, rates, t_s):
     """
-    The rates (lists of 3) linearly interpolated at t_s, times[0] <= t_s <= times[-1].
+    Return the rates (lists of 3) interpolated linearly at t_s, times[0] <= t_s <= times[-1].
 
     np.interp's arithmetic on Python floats (same results): the sample's value at a sample
     time, else slope x (t_s - left time) + left value.

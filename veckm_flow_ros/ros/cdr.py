@@ -19,7 +19,7 @@ The node takes ~/events as serialized bytes and publishes ~/flow as serialized b
 Python message objects are built, the event payload is a zero-copy view and the flow points
 are copied once (docs/raw_cdr.md says why: rclpy's conversions cost more per message than
 the node's whole per-packet work). The egomotion node takes ~/flow (PointCloud2) and ~/imu
-the same way.
+the same way and publishes its outputs (TwistStamped, PointStamped, Image, Float32) as bytes.
 """
 
 import struct
@@ -28,6 +28,9 @@ from typing import Tuple
 import numpy as np
 
 from veckm_flow_ros.eventio.flow_cloud import pointcloud2_fields
+
+# Encapsulation header of little-endian XCDR1 (CDR_LE, no options).
+CDR_LE = b'\x00\x01\x00\x00'
 
 
 def _cdr_string(buffer, offset: int):
@@ -92,6 +95,14 @@ def _cdr_string_bytes(text: str, offset: int) -> Tuple[bytes, int]:
     return encoded, offset + len(encoded)
 
 
+def _header_cdr(stamp_ns: int, frame_id: str):
+    """Return a std_msgs/Header as CDR parts (stamp clamped to >= 0) and its end offset."""
+    t_ns = max(int(stamp_ns), 0)
+    # Alignment counts from after the 4-byte encapsulation header.
+    encoded, offset = _cdr_string_bytes(frame_id, 8)
+    return [struct.pack('<iI', t_ns // 1_000_000_000, t_ns % 1_000_000_000), encoded], offset
+
+
 def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
     """
     Serialize the ~/flow PointCloud2 (little-endian XCDR1), ready for publish(bytes).
@@ -100,11 +111,7 @@ def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
     a Python message that rclpy converts field by field, and with the point data copied once.
     """
     layout = pointcloud2_fields(points)
-    t_ns = max(int(stamp_ns), 0)
-    parts = [struct.pack('<iI', t_ns // 1_000_000_000, t_ns % 1_000_000_000)]
-    offset = 8  # alignment counts from after the 4-byte encapsulation header
-    encoded, offset = _cdr_string_bytes(frame_id, offset)
-    parts.append(encoded)
+    parts, offset = _header_cdr(stamp_ns, frame_id)
     pad = -offset % 4
     parts.append(b'\0' * pad + struct.pack(
         '<III', layout['height'], layout['width'], len(layout['fields'])))
@@ -125,7 +132,7 @@ def pointcloud2_cdr(points: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
         '<III', layout['point_step'], layout['row_step'], len(data)))
     parts.append(data)
     parts.append(struct.pack('<?', layout['is_dense']))
-    return b'\x00\x01\x00\x00' + b''.join(parts)
+    return CDR_LE + b''.join(parts)
 
 
 def parse_pointcloud2_cdr(raw: bytes) -> dict:
@@ -183,3 +190,39 @@ def parse_imu_angular_velocity_cdr(raw: bytes):
     except struct.error as error:
         raise ValueError(f'truncated Imu ({len(raw)} bytes): {error}') from None
     return stamp_ns, (wx, wy, wz), covariance0
+
+
+# The egomotion node's outputs (ready for publish(bytes); the bytes rclpy makes of the same
+# messages, without building Python messages that rclpy converts field by field).
+
+def twist_stamped_cdr(stamp_ns: int, frame_id: str, linear, angular) -> bytes:
+    """Serialize a geometry_msgs/TwistStamped: linear, angular (3 floats each)."""
+    parts, offset = _header_cdr(stamp_ns, frame_id)
+    parts.append(b'\0' * (-offset % 8) + struct.pack('<6d', *linear, *angular))
+    return CDR_LE + b''.join(parts)
+
+
+def point_stamped_cdr(stamp_ns: int, frame_id: str, x: float, y: float, z: float) -> bytes:
+    """Serialize a geometry_msgs/PointStamped."""
+    parts, offset = _header_cdr(stamp_ns, frame_id)
+    parts.append(b'\0' * (-offset % 8) + struct.pack('<3d', x, y, z))
+    return CDR_LE + b''.join(parts)
+
+
+def image_cdr(stamp_ns: int, frame_id: str, height: int, width: int, encoding: str,
+              step: int, data: bytes) -> bytes:
+    """Serialize a little-endian sensor_msgs/Image (data: height x step bytes)."""
+    parts, offset = _header_cdr(stamp_ns, frame_id)
+    parts.append(b'\0' * (-offset % 4) + struct.pack('<II', height, width))
+    offset += -offset % 4 + 8
+    encoded, offset = _cdr_string_bytes(encoding, offset)
+    parts.append(encoded + b'\0')  # is_bigendian
+    offset += 1
+    parts.append(b'\0' * (-offset % 4) + struct.pack('<II', step, len(data)))
+    parts.append(data)
+    return CDR_LE + b''.join(parts)
+
+
+def float32_cdr(value: float) -> bytes:
+    """Serialize a std_msgs/Float32."""
+    return CDR_LE + struct.pack('<f', value)
