@@ -43,6 +43,8 @@ estimator thread, in window order; log(level, message) receives throttled proble
 
 import collections
 from dataclasses import dataclass
+import functools
+import math
 import threading
 import time
 from typing import Callable, List, Optional
@@ -90,6 +92,34 @@ def read_flow_cloud(fields, point_step: int, data, is_bigendian: bool = False,
     what is wrong: a missing or non-float32 required field, a field outside point_step,
     big-endian data, a data length that is not width x height points.
     """
+    dtype = _flow_dtype(tuple(tuple(field) for field in fields), point_step, bool(is_bigendian))
+    buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    if len(buffer) % point_step:
+        raise ValueError(f'flow cloud data has {len(buffer)} bytes, not a multiple of '
+                         f'point_step {point_step}')
+    count = len(buffer) // point_step
+    if width is not None and int(width) * int(height) != count:
+        raise ValueError(f'flow cloud says {width}x{height} points but its data holds {count}')
+    points = np.frombuffer(buffer, dtype=dtype, count=count)
+    weight = points[dtype.names[5]] if len(dtype.names) > 5 else None
+    if weight is not None:
+        unknown = np.isnan(weight)
+        if unknown.any():
+            # NaN = not computed (a flow node or bag that writes the field without a score):
+            # such flows count as fully valid, and a column with no score at all as no weight.
+            weight = None if unknown.all() else np.where(unknown, 1.0, weight).astype(
+                np.float32)
+    return FlowColumns(points['x'], points['y'], points['t'], points['u'], points['v'], weight)
+
+
+@functools.lru_cache(maxsize=16)
+def _flow_dtype(fields: tuple, point_step: int, is_bigendian: bool) -> np.dtype:
+    """
+    Check a flow cloud's layout; return the structured dtype of its used fields.
+
+    The fields x, y, t, u, v, then the weight field when there is one. Cached: a stream's
+    messages share one layout.
+    """
     table = {name: (offset, datatype, count) for name, offset, datatype, count in fields}
     names = tuple(name for name, *_ in fields)
     missing = [name for name in REQUIRED_FIELDS if name not in table]
@@ -112,23 +142,8 @@ def read_flow_cloud(fields, point_step: int, data, is_bigendian: bool = False,
             raise ValueError(f'flow cloud field {name!r} at byte {offset} lies outside '
                              f'point_step {point_step}')
         formats[name] = offset
-    buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-    if len(buffer) % point_step:
-        raise ValueError(f'flow cloud data has {len(buffer)} bytes, not a multiple of '
-                         f'point_step {point_step}')
-    count = len(buffer) // point_step
-    if width is not None and int(width) * int(height) != count:
-        raise ValueError(f'flow cloud says {width}x{height} points but its data holds {count}')
-    dtype = np.dtype({'names': list(formats), 'formats': ['<f4'] * len(formats),
-                      'offsets': list(formats.values()), 'itemsize': point_step})
-    points = np.frombuffer(buffer, dtype=dtype, count=count)
-    weight = points[used[5]] if len(used) > 5 else None
-    if weight is not None and np.isnan(weight).any():
-        # NaN = not computed (a flow node or bag that writes the field without a score):
-        # such flows count as fully valid, and a column with no score at all as no weight.
-        weight = None if np.isnan(weight).all() else np.where(np.isnan(weight), 1.0,
-                                                              weight).astype(np.float32)
-    return FlowColumns(points['x'], points['y'], points['t'], points['u'], points['v'], weight)
+    return np.dtype({'names': list(formats), 'formats': ['<f4'] * len(formats),
+                     'offsets': list(formats.values()), 'itemsize': point_step})
 
 
 @dataclass
@@ -222,18 +237,31 @@ class FlowWindows:
         self._newest_stamp_ns = max(self._newest_stamp_ns, stamp_ns)
         closed = []
         values = (columns.x, columns.y, columns.u, columns.v, columns.weight)
+        # The flow node's messages are in time order: then a window ends at one index
+        # (slices, no copies).
+        in_order = len(t_s) < 2 or bool((t_s[1:] >= t_s[:-1]).all())
         while True:
             end_s = self._start_s + self.window_s
-            inside = t_s < end_s
-            if inside.all():
-                self._append(values)
-                return closed
-            self._append(tuple(None if a is None else a[inside] for a in values))
+            if in_order:
+                split = int(t_s.searchsorted(end_s))
+                if split == len(t_s):
+                    self._append(values)
+                    return closed
+                self._append(tuple(None if a is None else a[:split] for a in values))
+                t_s = t_s[split:]
+                values = tuple(None if a is None else a[split:] for a in values)
+                first_s = float(t_s[0])
+            else:
+                inside = t_s < end_s
+                if inside.all():
+                    self._append(values)
+                    return closed
+                self._append(tuple(None if a is None else a[inside] for a in values))
+                later = ~inside
+                t_s = t_s[later]
+                values = tuple(None if a is None else a[later] for a in values)
+                first_s = float(t_s.min())
             closed.append(self._close(end_s, frame_id, now_s))
-            later = ~inside
-            t_s = t_s[later]
-            values = tuple(None if a is None else a[later] for a in values)
-            first_s = float(t_s.min())
             if first_s >= end_s + self.window_s:
                 self.gaps += 1
                 self._start_s = first_s  # no empty windows across a gap
@@ -571,4 +599,4 @@ class EgomotionStream:
         if mean is None:
             return None
         mean = np.asarray(mean, np.float64)
-        return mean if mean.shape == (3,) and np.all(np.isfinite(mean)) else None
+        return mean if mean.shape == (3,) and all(map(math.isfinite, mean)) else None
