@@ -564,7 +564,7 @@ class EgomotionStream:
         compute_ms = (time.perf_counter() - start_s) * 1e3
         self.counters.add(window_flows_received=window.received_flows,
                           window_flows_used=int(estimate.num_flows))
-        if not np.all(np.isfinite(estimate.direction)):
+        if not all(map(math.isfinite, estimate.direction)):
             self.counters.add(undetermined_windows=1)
         else:
             try:
