@@ -34,9 +34,9 @@ Subscriptions
                     through the executor cost more than the flow). Without samples covering a
                     window the angular velocity is estimated from the flow.
 
-Publications (reliable, volatile, keep last 10), one message each per window of window_s,
-header.stamp = the window centre (flow time), frame_id = the ~/flow frame_id (the camera
-optical frame: x right, y down, z forward):
+Publications (reliable, volatile, keep last 10; published as serialized CDR, ros/cdr.py),
+one message each per window of window_s, header.stamp = the window centre (flow time),
+frame_id = the ~/flow frame_id (the camera optical frame: x right, y down, z forward):
     ~/twist                 geometry_msgs/msg/TwistStamped: angular = angular velocity of
                             the camera [rad/s]; linear = the UNIT translation direction of the
                             camera (|linear| = 1: monocular flow gives no scale, not m/s).
