@@ -13,7 +13,8 @@
 # limitations under the License.
 
 """
-Build the veckm_flow_ros package and its torch C++/CUDA extension (veckm_flow_ros._C).
+Build the veckm_flow_ros package, its torch C++/CUDA extension (veckm_flow_ros._C) and the
+egomotion estimator's plain CPython extension (veckm_flow_ros._egomotion, no torch).
 
 A CPU-only extension is built when the installed torch has no CUDA; a CUDA one when it has, or
 when FORCE_CUDA=1 (compile-only checks on a machine without GPU).
@@ -22,7 +23,7 @@ when FORCE_CUDA=1 (compile-only checks on a machine without GPU).
 import glob
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from torch.utils import cpp_extension
 
 PACKAGE_NAME = 'veckm_flow_ros'
@@ -60,6 +61,19 @@ def _extension():
     )
 
 
+def _egomotion_extension():
+    # A plain extension (buffer protocol, no torch or numpy headers): the egomotion node does
+    # not import torch. Its sources live in csrc/egomotion/, outside _extension's globs.
+    source_dir = os.path.join(CSRC, 'egomotion')
+    return Extension(
+        name=f'{PACKAGE_NAME}._egomotion',
+        sources=sorted(glob.glob(os.path.join(source_dir, '*.cpp'))),
+        include_dirs=[source_dir],
+        language='c++',
+        extra_compile_args=['-O3', '-g0'],
+    )
+
+
 def _torch_has_cuda():
     import torch
     return torch.version.cuda is not None
@@ -69,7 +83,7 @@ setup(
     name=PACKAGE_NAME,
     version='0.1.0',
     packages=find_packages(exclude=['test']),
-    ext_modules=[_extension()],
+    ext_modules=[_extension(), _egomotion_extension()],
     cmdclass={'build_ext': cpp_extension.BuildExtension.with_options(no_python_abi_suffix=False)},
     package_data={PACKAGE_NAME: ['models/*.npz', 'models/DEFAULT', 'models/*.md', 'data/*']},
     data_files=[

@@ -29,7 +29,9 @@ normalized undistorted coordinates and the normal-flow transform) at the same ra
 column is each row's ratio to it. --reference FILE: another version of
 veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomotion.py >
 /tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
-"(reference)"), so that both see the same load. --pause-ms: sleep before each timed call,
+"(reference)"), so that both see the same load; `--reference numpy`: this version's numpy
+solve with a gyroscope (EgomotionEstimator(compiled=False), the reference of the compiled
+extension; without a gyroscope both rows run the same numpy code). --pause-ms: sleep before each timed call,
 as the node idles between windows (caches and branch predictors go cold: a call then costs
 more than back to back).
 """
@@ -100,7 +102,8 @@ def main():
     parser.add_argument('--window-ms', type=float, default=30.0)
     parser.add_argument('--repeats', type=int, default=20)
     parser.add_argument('--reference', default=None,
-                        help='another egomotion.py, timed interleaved (rows "(reference)")')
+                        help='another egomotion.py, or "numpy" (the numpy solve with a '
+                        'gyroscope), timed interleaved (rows "(reference)")')
     parser.add_argument('--pause-ms', type=float, default=0.0,
                         help='sleep before each timed call [ms], as the node idles between '
                         'windows (e.g. 27 for 30 ms windows); 0: back to back')
@@ -112,7 +115,9 @@ def main():
     config = EgomotionConfig(window_s=args.window_ms * 1e-3)
     estimator = EgomotionEstimator(camera, config)
     reference = None
-    if args.reference:
+    if args.reference == 'numpy':
+        reference = EgomotionEstimator(camera, config, compiled=False)
+    elif args.reference:
         module = load_reference(args.reference)
         reference = module.EgomotionEstimator(
             camera, module.EgomotionConfig(window_s=args.window_ms * 1e-3))

@@ -440,11 +440,15 @@ class EgomotionEstimator:
     Angular velocity, translation direction, FOE and time to contact per window of flows.
 
     camera: CameraModel of the event camera (the flows' pixels are its distorted pixels).
+    compiled: with a gyroscope, solve each window in the compiled extension
+    (veckm_flow_ros._egomotion, csrc/egomotion/: the same algorithm in one call); false: the
+    numpy code of this module, the reference the extension is tested and benchmarked against.
     """
 
-    def __init__(self, camera: CameraModel, config: EgomotionConfig = None):
+    def __init__(self, camera: CameraModel, config: EgomotionConfig = None, compiled=True):
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
+        self._compiled = _compiled_solver() if compiled else None
         # The coarse grid: half a Fibonacci sphere and its mirror image. Every cost shares
         # most of its work between d and -d (see the costs' `mirror`).
         sphere = fibonacci_sphere(self.config.sphere_directions)
@@ -657,6 +661,8 @@ class EgomotionEstimator:
 
     def _solve_gyro(self, window, omega):
         """Direction with omega known: minimise the cell-depth residual, cheirality enforced."""
+        if self._compiled is not None:
+            return self._solve_gyro_compiled(window, omega)
         config = self.config
         h = window.g @ omega
         r = window.m - h
@@ -705,6 +711,23 @@ class EgomotionEstimator:
                 window.robust = local_robust
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
+
+    def _solve_gyro_compiled(self, window, omega):
+        """_solve_gyro in one call of the compiled extension (same algorithm and results)."""
+        config = self.config
+        previous = self._previous
+        warm = (config.sign_start and previous is not None
+                and self._warm_windows < config.warm_start_windows)
+        self._warm_windows = self._warm_windows + 1 if warm else 0
+        robust = np.empty(len(window))
+        direction, fit = self._compiled(
+            window.a_rows, window.g_rows, window.m, window.weight, window.slow, window.starts,
+            window.input_order, omega, self._half_sphere, previous, warm, robust,
+            (config.refine_steps, config.robust_iterations, config.huber_scale,
+             bool(config.sign_start), config.sign_flows, config.sign_tolerance,
+             config.rotation_error, self._coarse_step_rad))
+        window.robust = robust
+        return np.array(direction), omega.copy(), fit
 
     def _sign_vote(self, window, r, h, weight, previous=None):
         """
@@ -1124,6 +1147,18 @@ class EgomotionEstimator:
         median = np.where(enough, np.take(inverse, entry[self._ttc_regions, pick]), np.nan)
         grid = 1.0 / median  # (every inverse is > 0; NaN stays NaN)
         return grid.reshape(rows, cols).astype(np.float32)
+
+
+def _compiled_solver():
+    """Return the compiled extension's solve_gyro, or raise ImportError saying how to build it."""
+    try:
+        from veckm_flow_ros import _egomotion
+    except ImportError as error:
+        raise ImportError(
+            f'the egomotion extension veckm_flow_ros._egomotion does not import ({error}); '
+            'build it with `python3 setup.py build_ext --inplace` (or scripts/setup.sh), or '
+            'pass compiled=False for the numpy reference') from error
+    return _egomotion.solve_gyro
 
 
 def _interpolate(times, rates, t_s):

@@ -1,0 +1,282 @@
+// Copyright 2026 The veckm_flow_ros Authors
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+// veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
+// arrive through the buffer protocol) around solve_gyro.cpp, so that the egomotion node keeps
+// not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
+// values, the cell starts and input order) with a ValueError that names it; the solve runs
+// without the GIL.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "solve_gyro.h"
+
+namespace {
+
+constexpr Py_ssize_t kFree = -1;
+
+// A C-contiguous float64 or int64 buffer of a given shape, released on scope exit.
+class Array
+{
+public:
+  Array() = default;
+  Array(const Array &) = delete;
+  Array & operator=(const Array &) = delete;
+  ~Array()
+  {
+    if (held_) {
+      PyBuffer_Release(&view_);
+    }
+  }
+
+  // kind 'd' (float64) or 'i' (int64); shape (size) with ndim 1, (size, columns) with ndim
+  // 2; kFree: any size. Returns false with a ValueError set.
+  bool get(
+    PyObject * object, const char * name, char kind, int ndim, Py_ssize_t size,
+    Py_ssize_t columns = kFree, bool writable = false)
+  {
+    const char * dtype = kind == 'd' ? "float64" : "int64";
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object, &view_, flags) != 0) {
+      PyErr_Clear();
+      PyErr_Format(
+        PyExc_ValueError, "solve_gyro: %s must be a %sC-contiguous %s array, got %R", name,
+        writable ? "writable " : "", dtype, reinterpret_cast<PyObject *>(Py_TYPE(object)));
+      return false;
+    }
+    held_ = true;
+    const std::string format = view_.format ? view_.format : "B";
+    const char code = format.empty() ? '?' : format.back();
+    const bool dtype_ok = view_.itemsize == 8 && (format.size() == 1 || format[0] == '@' ||
+      format[0] == '=' || format[0] == '<') &&
+      (kind == 'd' ? code == 'd' : (code == 'l' || code == 'q'));
+    if (!dtype_ok) {
+      PyErr_Format(
+        PyExc_ValueError, "solve_gyro: %s must be %s, got buffer format '%s' (%zd bytes)",
+        name, dtype, format.c_str(), view_.itemsize);
+      return false;
+    }
+    const Py_ssize_t first = view_.ndim >= 1 ? view_.shape[0] : -1;
+    const Py_ssize_t second = view_.ndim >= 2 ? view_.shape[1] : -1;
+    const bool shape_ok = view_.ndim == ndim && (size == kFree || first == size) &&
+      (ndim == 1 || columns == kFree || second == columns);
+    if (!shape_ok) {
+      std::string shape = "(";
+      for (int d = 0; d < view_.ndim; ++d) {
+        shape += std::to_string(view_.shape[d]) + (d + 1 < view_.ndim ? ", " : "");
+      }
+      shape += view_.ndim == 1 ? ",)" : ")";
+      auto text = [](Py_ssize_t value) {
+          return value == kFree ? std::string("K") : std::to_string(value);
+        };
+      const std::string want = ndim == 1 ? "(" + text(size) + ",)" :
+        "(" + text(size) + ", " + text(columns) + ")";
+      PyErr_Format(
+        PyExc_ValueError, "solve_gyro: %s must have shape %s, got %s", name, want.c_str(),
+        shape.c_str());
+      return false;
+    }
+    return true;
+  }
+
+  Py_ssize_t size(int dim) const {return view_.shape[dim];}
+  Py_ssize_t count() const {return view_.len / view_.itemsize;}
+  const double * f64() const {return static_cast<const double *>(view_.buf);}
+  double * f64_mut() const {return static_cast<double *>(view_.buf);}
+  const int64_t * i64() const {return static_cast<const int64_t *>(view_.buf);}
+
+private:
+  Py_buffer view_{};
+  bool held_ = false;
+};
+
+bool finite(const Array & array, const char * name)
+{
+  const double * values = array.f64();
+  for (Py_ssize_t i = 0; i < array.count(); ++i) {
+    if (!std::isfinite(values[i])) {
+      char value[32];
+      std::snprintf(value, sizeof(value), "%g", values[i]);
+      PyErr_Format(
+        PyExc_ValueError, "solve_gyro: %s must be finite, got %s at flat index %zd", name,
+        value, i);
+      return false;
+    }
+  }
+  return true;
+}
+
+// input_order: distinct non-negative positions (a table of seen positions; a sorted copy
+// where the positions are sparse).
+bool distinct_positions(const int64_t * order, Py_ssize_t count)
+{
+  const int64_t smallest = *std::min_element(order, order + count);
+  const int64_t largest = *std::max_element(order, order + count);
+  int64_t repeated = -1;
+  if (smallest >= 0 && largest < 8 * static_cast<int64_t>(count) + 64) {
+    std::vector<char> seen(largest + 1, 0);
+    for (Py_ssize_t i = 0; i < count && repeated < 0; ++i) {
+      repeated = seen[order[i]] ? order[i] : -1;
+      seen[order[i]] = 1;
+    }
+  } else if (smallest >= 0) {
+    std::vector<int64_t> sorted(order, order + count);
+    std::sort(sorted.begin(), sorted.end());
+    for (Py_ssize_t i = 1; i < count && repeated < 0; ++i) {
+      repeated = sorted[i] == sorted[i - 1] ? sorted[i] : -1;
+    }
+  }
+  if (smallest < 0 || repeated >= 0) {
+    PyErr_Format(
+      PyExc_ValueError, "solve_gyro: input_order must hold distinct non-negative positions, "
+      "got %lld %s", static_cast<long long>(smallest < 0 ? smallest : repeated),  // NOLINT
+      smallest < 0 ? "(negative)" : "twice");
+    return false;
+  }
+  return true;
+}
+
+const char kSolveGyroDoc[] =
+  "solve_gyro(a_rows, g_rows, m, weight, slow, starts, input_order, omega, half_sphere,\n"
+  "           previous, warm, robust_out, settings) -> (direction (3 floats), fit)\n\n"
+  "The gyroscope path's solve of EgomotionEstimator (egomotion.py's _solve_gyro) for one\n"
+  "window sorted by depth cell. a_rows, g_rows (3, N) float64; m, weight, slow (N,) float64;\n"
+  "starts (C,) int64, the first flow of each cell (0, increasing, < N); input_order (N,) int64\n"
+  "distinct positions in the input; omega (3,) rad/s; half_sphere (H, 3) the coarse grid;\n"
+  "previous (3,) or None; warm: bool; robust_out (N,) float64, written with the final Huber\n"
+  "weights; settings: (refine_steps, robust_iterations, huber_scale, sign_start, sign_flows,\n"
+  "sign_tolerance, rotation_error, coarse_step_rad). Raises ValueError naming a bad argument.";
+
+PyObject * solve_gyro(PyObject *, PyObject * args)
+{
+  PyObject * objects[12];
+  veckm_egomotion::GyroSettings settings{};
+  int sign_start = 0, warm = 0;
+  long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
+  if (!PyArg_ParseTuple(
+      args, "OOOOOOOOOOpO(iidpLddd):solve_gyro", &objects[0], &objects[1], &objects[2],
+      &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
+      &objects[9], &warm, &objects[11], &settings.refine_steps, &settings.robust_iterations,
+      &settings.huber_scale, &sign_start, &sign_flows, &settings.sign_tolerance,
+      &settings.rotation_error, &settings.coarse_step_rad))
+  {
+    return nullptr;
+  }
+  settings.sign_start = sign_start != 0;
+  settings.sign_flows = sign_flows;
+  if (!(settings.refine_steps >= 0 && settings.refine_steps <= 20 &&
+    settings.robust_iterations >= 0 && settings.robust_iterations <= 10 &&
+    settings.huber_scale > 0 && settings.sign_flows >= 1 && settings.sign_tolerance >= 0 &&
+    std::isfinite(settings.sign_tolerance) && std::isfinite(settings.rotation_error) &&
+    settings.coarse_step_rad > 0 && std::isfinite(settings.coarse_step_rad)))
+  {
+    PyErr_Format(
+      PyExc_ValueError, "solve_gyro: settings out of range (refine_steps 0..20, "
+      "robust_iterations 0..10, huber_scale > 0, sign_flows >= 1, finite sign_tolerance >= 0 "
+      "and rotation_error, coarse_step_rad > 0), got %R", PyTuple_GET_ITEM(args, 12));
+    return nullptr;
+  }
+  Array m, a_rows, g_rows, weight, slow, starts, input_order, omega, half_sphere, previous,
+    robust;
+  if (!m.get(objects[2], "m", 'd', 1, kFree)) {
+    return nullptr;
+  }
+  const Py_ssize_t count = m.size(0);
+  if (count < 1) {
+    PyErr_SetString(PyExc_ValueError, "solve_gyro: m must hold at least 1 flow, got 0");
+    return nullptr;
+  }
+  if (!a_rows.get(objects[0], "a_rows", 'd', 2, 3, count) ||
+    !g_rows.get(objects[1], "g_rows", 'd', 2, 3, count) ||
+    !weight.get(objects[3], "weight", 'd', 1, count) ||
+    !slow.get(objects[4], "slow", 'd', 1, count) ||
+    !starts.get(objects[5], "starts", 'i', 1, kFree) ||
+    !input_order.get(objects[6], "input_order", 'i', 1, count) ||
+    !omega.get(objects[7], "omega", 'd', 1, 3) ||
+    !half_sphere.get(objects[8], "half_sphere", 'd', 2, kFree, 3) ||
+    (objects[9] != Py_None && !previous.get(objects[9], "previous", 'd', 1, 3)) ||
+    !robust.get(objects[11], "robust_out", 'd', 1, count, kFree, true))
+  {
+    return nullptr;
+  }
+  if (!finite(a_rows, "a_rows") || !finite(g_rows, "g_rows") || !finite(m, "m") ||
+    !finite(weight, "weight") || !finite(slow, "slow") || !finite(omega, "omega") ||
+    !finite(half_sphere, "half_sphere") ||
+    (objects[9] != Py_None && !finite(previous, "previous")))
+  {
+    return nullptr;
+  }
+  if (half_sphere.size(0) < 1) {
+    PyErr_SetString(PyExc_ValueError, "solve_gyro: half_sphere must hold >= 1 direction");
+    return nullptr;
+  }
+  const int64_t * cell_start = starts.i64();
+  const Py_ssize_t num_cells = starts.size(0);
+  if (num_cells == 0) {
+    PyErr_SetString(PyExc_ValueError, "solve_gyro: starts must hold >= 1 cell, got 0");
+    return nullptr;
+  }
+  for (Py_ssize_t c = 0; c < num_cells; ++c) {
+    const bool ok = c == 0 ? cell_start[0] == 0 : (cell_start[c] > cell_start[c - 1] &&
+      cell_start[c] < count);
+    if (!ok) {
+      PyErr_Format(
+        PyExc_ValueError, "solve_gyro: starts must begin at 0 and increase below N = %zd, "
+        "got %lld at index %zd", count, static_cast<long long>(cell_start[c]), c);  // NOLINT
+      return nullptr;
+    }
+  }
+  if (!distinct_positions(input_order.i64(), count)) {
+    return nullptr;
+  }
+  veckm_egomotion::GyroWindow window{
+    a_rows.f64(), g_rows.f64(), m.f64(), weight.f64(), slow.f64(), cell_start, num_cells,
+    input_order.i64(), count};
+  double direction[3];
+  double fit = 0.0;
+  const double * previous_values = objects[9] != Py_None ? previous.f64() : nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  veckm_egomotion::solve_gyro(
+    window, omega.f64(), half_sphere.f64(), half_sphere.size(0), previous_values, warm != 0,
+    settings, direction, &fit, robust.f64_mut());
+  Py_END_ALLOW_THREADS
+  return Py_BuildValue("(ddd)d", direction[0], direction[1], direction[2], fit);
+}
+
+PyMethodDef kMethods[] = {
+  {"solve_gyro", solve_gyro, METH_VARARGS, kSolveGyroDoc},
+  {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {
+  PyModuleDef_HEAD_INIT, "_egomotion",
+  "The egomotion estimator's compiled solve (csrc/egomotion/); "
+  "veckm_flow_ros.core.egomotion is its caller and reference.",
+  -1, kMethods, nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__egomotion(void)
+{
+  return PyModule_Create(&kModule);
+}
