@@ -110,22 +110,33 @@ def test_estimate_follows_the_sign_of_the_motion():
             assert angle_deg(result.direction, sign * v) < 3.0
 
 
+@pytest.mark.parametrize('compiled', [False, True], ids=['numpy', 'compiled'])
 @pytest.mark.parametrize('warm_start_windows', [0, 3])
-def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_start_windows):
+def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_start_windows,
+                                                                         compiled):
     """
     With gyro, windows start from the previous direction, one in warm_start_windows + 1 in full.
 
-    The directions stay as exact as with full searches.
+    The directions stay as exact as with full searches. The numpy solve shows its full
+    searches in _search; the compiled one gets `warm` (argument 10) false for them.
     """
     config = EgomotionConfig(warm_start_windows=warm_start_windows)
-    estimator = EgomotionEstimator(PLUMB_BOB, config)
+    estimator = EgomotionEstimator(PLUMB_BOB, config, compiled=compiled)
     full_searches = []
-    search = estimator._search
+    if compiled:
+        solve = estimator._compiled
 
-    def spy(cost, direction, coarse, **kwargs):
-        full_searches[-1] += bool(coarse or direction is None)
-        return search(cost, direction, coarse, **kwargs)
-    estimator._search = spy
+        def spy(*args):
+            full_searches[-1] += not args[10]
+            return solve(*args)
+        estimator._compiled = spy
+    else:
+        search = estimator._search
+
+        def spy(cost, direction, coarse, **kwargs):
+            full_searches[-1] += bool(coarse or direction is None)
+            return search(cost, direction, coarse, **kwargs)
+        estimator._search = spy
     v = np.array([0.3, -0.1, 1.0])
     omega = np.array([0.1, -0.2, 0.05])
     errors = []

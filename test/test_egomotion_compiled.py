@@ -1,0 +1,238 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The compiled gyroscope solve (veckm_flow_ros._egomotion) against the numpy reference.
+
+Both solve the same prepared windows from the same state (previous direction, warm-window
+count): analytic windows with noise and outliers on random cameras (pinhole, plumb_bob,
+equidistant), random settings (cell sizes from 8 px to one cell of 256 px, fewer search and
+Huber rounds, the sign start off), tiny windows, warm-started sequences. They differ by
+rounding only: the sign vote's float32 sums run in another order, so its start moves by
+~1e-5 rad and the least squares end within ~0.002 deg of each other (measured on 142 windows:
+max 0.0019 deg, fit 1.4e-5, Huber weights 4.5e-4).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from test_egomotion import (analytic_window, angle_deg, FISHEYE, PINHOLE, PLUMB_BOB,
+                            random_motion)
+from veckm_flow_ros import _egomotion
+from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
+
+# Bounds of the comparisons (about 25x the largest differences measured, see the module doc).
+ANGLE_DEG = 0.05
+FIT = 1e-3
+ROBUST = 1e-2
+# A direction further apart than this is a different basin: an argmin tie that rounding
+# flips (none measured); at most one such window is tolerated per test.
+BASIN_DEG = 1.0
+
+
+def random_camera(rng):
+    width, height = int(rng.integers(120, 360)), int(rng.integers(100, 260))
+    focal = rng.uniform(0.6, 1.2) * width
+    kind = rng.integers(3)
+    if kind == 0:
+        return CameraModel.pinhole(width, height, focal)
+    if kind == 1:
+        return CameraModel.pinhole(width, height, focal, 'plumb_bob',
+                                   (rng.uniform(-0.35, 0.1), rng.uniform(-0.05, 0.15), 1e-3,
+                                    -1e-3, 0.0))
+    return CameraModel.pinhole(width, height, focal, 'equidistant',
+                               (rng.uniform(-0.05, 0.08), rng.uniform(-0.03, 0.03), 0.0, 0.0))
+
+
+def solve_both(estimators, inputs, omega, previous, warm_windows):
+    """(direction, fit, robust, warm count) of the numpy and the compiled solve, or None."""
+    results = []
+    for estimator in estimators:
+        estimator._previous = None if previous is None else previous.copy()
+        estimator._warm_windows = warm_windows
+        window = estimator._prepare(*inputs)
+        if window is None or len(window) < estimator.config.min_flows:
+            return None
+        direction, omega_out, fit = estimator._solve_gyro(window, omega)
+        np.testing.assert_array_equal(omega_out, omega)
+        results.append((direction, fit, window.robust.copy(), estimator._warm_windows))
+    return results
+
+
+def assert_same(results, flips):
+    (d_numpy, fit_numpy, robust_numpy, warm_numpy), (d, fit, robust, warm) = results
+    assert warm == warm_numpy
+    assert abs(np.linalg.norm(d) - 1.0) < 1e-12
+    angle = angle_deg(d, d_numpy)
+    if angle > BASIN_DEG:
+        flips.append(angle)
+        return
+    assert angle < ANGLE_DEG
+    assert abs(fit - fit_numpy) < FIT
+    assert robust.shape == robust_numpy.shape
+    assert np.max(np.abs(robust - robust_numpy)) < ROBUST
+    assert np.all((robust > 0) & (robust <= 1.0))
+
+
+def test_compiled_solve_matches_numpy_on_random_windows():
+    """Random cameras, settings, window sizes, noise, outliers and warm states."""
+    rng = np.random.default_rng(7)
+    flips, compared = [], 0
+    for trial in range(36):
+        camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3] if trial % 2 else random_camera(rng)
+        config = EgomotionConfig(cell_px=int(rng.choice([8, 16, 32, 64, 256])), min_flows=10,
+                                 refine_steps=int(rng.choice([0, 1, 3, 5, 5, 5])),
+                                 robust_iterations=int(rng.choice([0, 1, 2, 2, 3])),
+                                 sign_start=bool(rng.random() < 0.85),
+                                 sign_flows=int(rng.choice([10, 300, 1000])))
+        estimators = [EgomotionEstimator(camera, config, compiled=compiled)
+                      for compiled in (False, True)]
+        v, omega = random_motion(rng)
+        count = int(rng.choice([40, 300, 3000, 6000]))
+        x, y, u, w, _ = analytic_window(camera, v, omega, count=count,
+                                        noise=rng.uniform(0, 0.3),
+                                        outliers=rng.uniform(0, 0.2),
+                                        seed=int(rng.integers(1 << 30)))
+        previous, warm_windows = None, 0
+        if rng.random() < 0.5:
+            previous = v + rng.normal(scale=0.1, size=3)
+            previous /= np.linalg.norm(previous)
+            warm_windows = int(rng.integers(0, 12))
+        results = solve_both(estimators, (x, y, u, w, None), omega, previous, warm_windows)
+        if results is not None:
+            compared += 1
+            assert_same(results, flips)
+    assert compared >= 25
+    assert len(flips) <= 1, flips
+
+
+def test_compiled_solve_matches_numpy_on_degenerate_windows():
+    """Tiny windows, one cell, cells of exactly min_cell_flows, zero and tiny weights."""
+    rng = np.random.default_rng(3)
+    flips = []
+    config = EgomotionConfig(min_flows=10, min_cell_flows=3)
+    estimators = [EgomotionEstimator(PLUMB_BOB, config, compiled=compiled)
+                  for compiled in (False, True)]
+    v, omega = np.array([0.1, 0.2, 1.0]) / math.sqrt(1.05), np.array([0.2, -0.1, 0.3])
+    # 12 flows in 4 cells of exactly 3 flows (the smallest fit the estimator runs)
+    x, y, u, w, _ = analytic_window(PLUMB_BOB, v, omega, count=4000, seed=1)
+    cells = (x // 32) * 100 + y // 32
+    pick = np.concatenate([np.flatnonzero(cells == cell)[:3] for cell in np.unique(cells)[:4]])
+    assert len(pick) == 12
+    cases = [(x[pick], y[pick], u[pick], w[pick], None)]
+    # every flow in one depth cell
+    inside = (x < 30) & (y < 30)
+    cases.append((x[inside], y[inside], u[inside], w[inside], None))
+    # weights: zeros (dropped), tiny and large
+    weight = rng.choice([0.0, 1e-9, 1.0, 50.0], size=len(x))
+    cases.append((x, y, u, w, weight))
+    # flows of exactly zero derotated magnitude (sign 0 in the vote)
+    x2, y2, u2, w2, _ = analytic_window(PLUMB_BOB, np.zeros(3), omega, count=500, noise=0.0,
+                                        outliers=0.0, seed=2)
+    cases.append((x2, y2, u2, w2, None))
+    for inputs in cases:
+        for previous, warm_windows in ((None, 0), (v, 0), (-v, 5)):
+            results = solve_both(estimators, inputs, omega, previous, warm_windows)
+            assert results is not None
+            assert_same(results, flips)
+    assert len(flips) <= 1, flips
+
+
+def test_compiled_estimates_match_numpy_over_a_warm_started_sequence():
+    """Two estimators, each with its own state, over a turning heading (warm starts)."""
+    config = EgomotionConfig(warm_start_windows=3)
+    numpy_path, compiled = (EgomotionEstimator(PLUMB_BOB, config, compiled=flag)
+                            for flag in (False, True))
+    v, omega = np.array([0.3, -0.1, 1.0]), np.array([0.1, -0.2, 0.05])
+    for seed in range(12):
+        v = v + 0.05 * np.array([1.0, 0.5, 0.0])
+        x, y, u, w, _ = analytic_window(PLUMB_BOB, v, omega, seed=seed)
+        a, b = (estimator.estimate(x, y, u, w, omega_rad_s=omega, t_s=0.03 * seed)
+                for estimator in (numpy_path, compiled))
+        assert angle_deg(a.direction, b.direction) < ANGLE_DEG
+        assert abs(a.translation_fit - b.translation_fit) < FIT
+        assert abs(a.inlier_fraction - b.inlier_fraction) < 0.01
+        assert a.foe_valid == b.foe_valid
+        np.testing.assert_allclose(a.foe_px, b.foe_px, atol=0.5)
+        # the time to contact: medians of the same flows (a flow near a median may swap)
+        np.testing.assert_allclose(b.ttc_grid_s, a.ttc_grid_s, rtol=0.05)
+        assert numpy_path._warm_windows == compiled._warm_windows
+
+
+def arguments(count=50, cells=5):
+    """Valid arguments of _egomotion.solve_gyro for a small random window."""
+    rng = np.random.default_rng(0)
+    a_rows = rng.normal(size=(3, count))
+    g_rows = rng.normal(size=(3, count))
+    starts = np.arange(cells, dtype=np.int64) * (count // cells)
+    sphere = rng.normal(size=(40, 3))
+    sphere[:, 2] = np.abs(sphere[:, 2])
+    sphere /= np.linalg.norm(sphere, axis=1)[:, None]
+    return [a_rows, g_rows, rng.normal(size=count), np.ones(count), np.ones(count), starts,
+            rng.permutation(count).astype(np.int64), np.array([0.1, 0.2, 0.3]), sphere,
+            None, False, np.empty(count), (5, 2, 2.0, True, 1000, 0.2, 0.3, 0.3)]
+
+
+def test_compiled_solve_runs_on_valid_arguments():
+    args = arguments()
+    direction, fit = _egomotion.solve_gyro(*args)
+    assert abs(np.linalg.norm(direction) - 1.0) < 1e-12 and math.isfinite(fit)
+    assert np.all((args[11] > 0) & (args[11] <= 1))
+
+
+@pytest.mark.parametrize('index, value, message', [
+    (2, np.array([np.nan] + [0.0] * 49), 'm must be finite, got nan at flat index 0'),
+    (0, np.full((3, 50), np.inf), 'a_rows must be finite, got inf'),
+    (7, np.array([0.0, np.nan, 0.0]), 'omega must be finite'),
+    (0, np.zeros((3, 50), np.float32), "a_rows must be float64, got buffer format 'f'"),
+    (5, np.array([0, 10, 20], np.int32), "starts must be int64, got buffer format 'i'"),
+    (1, np.zeros((3, 49)), 'g_rows must have shape (3, 50), got (3, 49)'),
+    (8, np.zeros(3), 'half_sphere must have shape (K, 3), got (3,)'),
+    (9, np.zeros(2), 'previous must have shape (3,), got (2,)'),
+    (3, np.ones(100)[::2], 'weight must be a C-contiguous float64 array'),
+    (11, np.frombuffer(bytes(400)), 'robust_out must be a writable C-contiguous'),
+    (5, np.array([0, 20, 10], np.int64), 'starts must begin at 0 and increase below N = 50, '
+     'got 10 at index 2'),
+    (5, np.array([5, 20], np.int64), 'got 5 at index 0'),
+    (5, np.array([0, 50], np.int64), 'got 50 at index 1'),
+    (6, np.arange(50, dtype=np.int64) % 49, 'input_order must hold distinct non-negative '
+     'positions, got 0 twice'),
+    (6, np.arange(50, dtype=np.int64) - 1, 'got -1 (negative)'),
+    (12, (5, 2, 2.0, True, 0, 0.2, 0.3, 0.3), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.0), 'settings out of range'),
+    (2, [1.0, 2.0], 'm must be a C-contiguous float64 array, got <class \'list\'>'),
+], ids=['nan', 'inf', 'omega-nan', 'float32', 'int-dtype', 'shape', 'sphere-shape',
+        'previous-shape', 'strided', 'read-only', 'starts-order', 'starts-first', 'starts-end',
+        'order-repeat', 'order-negative', 'sign-flows', 'step', 'list'])
+def test_compiled_solve_names_bad_arguments(index, value, message):
+    args = arguments()
+    args[index] = value
+    with pytest.raises(ValueError) as error:
+        _egomotion.solve_gyro(*args)
+    assert message in str(error.value)
+
+
+def test_compiled_solve_rejects_empty_windows_and_sparse_positions_work():
+    args = arguments()
+    args[2] = np.zeros(0)
+    with pytest.raises(ValueError, match='m must hold at least 1 flow, got 0'):
+        _egomotion.solve_gyro(*args)
+    # positions far apart (a sorted copy instead of a table) give the same solve
+    args = arguments()
+    dense = _egomotion.solve_gyro(*args)
+    args[6] = args[6] * 1000003
+    assert _egomotion.solve_gyro(*args) == dense
