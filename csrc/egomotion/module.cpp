@@ -13,9 +13,9 @@
 // limitations under the License.
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
-// arrive through the buffer protocol) around solve_gyro.cpp, so that the egomotion node keeps
+// arrive through the buffer protocol) around prepare.cpp and solve_gyro.cpp, so that the egomotion node keeps
 // not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
-// values, the cell starts and input order) with a ValueError that names it; the solve runs
+// values, the cell starts and input order) with a ValueError that names it; the work runs
 // without the GIL.
 
 #define PY_SSIZE_T_CLEAN
@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "prepare.h"
 #include "solve_gyro.h"
 
 namespace {
@@ -52,14 +53,14 @@ public:
   // 2; kFree: any size. Returns false with a ValueError set.
   bool get(
     PyObject * object, const char * name, char kind, int ndim, Py_ssize_t size,
-    Py_ssize_t columns = kFree, bool writable = false)
+    Py_ssize_t columns = kFree, bool writable = false, const char * function = "solve_gyro")
   {
-    const char * dtype = kind == 'd' ? "float64" : "int64";
+    const char * dtype = kind == 'd' ? "float64" : (kind == 'f' ? "float32" : "int64");
     const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(object, &view_, flags) != 0) {
       PyErr_Clear();
       PyErr_Format(
-        PyExc_ValueError, "solve_gyro: %s must be a %sC-contiguous %s array, got %R", name,
+        PyExc_ValueError, "%s: %s must be a %sC-contiguous %s array, got %R", function, name,
         writable ? "writable " : "", dtype, reinterpret_cast<PyObject *>(Py_TYPE(object)));
       return false;
     }
@@ -69,10 +70,12 @@ public:
     const bool dtype_ok = view_.itemsize == 8 && (format.size() == 1 || format[0] == '@' ||
       format[0] == '=' || format[0] == '<') &&
       (kind == 'd' ? code == 'd' : (code == 'l' || code == 'q'));
-    if (!dtype_ok) {
+    const bool float32_ok = kind == 'f' && view_.itemsize == 4 && code == 'f' &&
+      (format.size() == 1 || format[0] == '@' || format[0] == '=' || format[0] == '<');
+    if (!(dtype_ok || float32_ok)) {
       PyErr_Format(
-        PyExc_ValueError, "solve_gyro: %s must be %s, got buffer format '%s' (%zd bytes)",
-        name, dtype, format.c_str(), view_.itemsize);
+        PyExc_ValueError, "%s: %s must be %s, got buffer format '%s' (%zd bytes)",
+        function, name, dtype, format.c_str(), view_.itemsize);
       return false;
     }
     const Py_ssize_t first = view_.ndim >= 1 ? view_.shape[0] : -1;
@@ -91,7 +94,7 @@ public:
       const std::string want = ndim == 1 ? "(" + text(size) + ",)" :
         "(" + text(size) + ", " + text(columns) + ")";
       PyErr_Format(
-        PyExc_ValueError, "solve_gyro: %s must have shape %s, got %s", name, want.c_str(),
+        PyExc_ValueError, "%s: %s must have shape %s, got %s", function, name, want.c_str(),
         shape.c_str());
       return false;
     }
@@ -103,6 +106,8 @@ public:
   const double * f64() const {return static_cast<const double *>(view_.buf);}
   double * f64_mut() const {return static_cast<double *>(view_.buf);}
   const int64_t * i64() const {return static_cast<const int64_t *>(view_.buf);}
+  int64_t * i64_mut() const {return static_cast<int64_t *>(view_.buf);}
+  const float * f32() const {return static_cast<const float *>(view_.buf);}
 
 private:
   Py_buffer view_{};
@@ -262,8 +267,157 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
   return Py_BuildValue("(ddd)d", direction[0], direction[1], direction[2], fit);
 }
 
+// One 1-D input column of any numeric dtype (strided views too), held while in use.
+class InputColumn
+{
+public:
+  InputColumn() = default;
+  InputColumn(const InputColumn &) = delete;
+  InputColumn & operator=(const InputColumn &) = delete;
+  ~InputColumn()
+  {
+    if (held_) {
+      PyBuffer_Release(&view_);
+    }
+  }
+
+  bool get(PyObject * object, const char * name)
+  {
+    if (PyObject_GetBuffer(object, &view_, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      PyErr_Format(
+        PyExc_ValueError, "prepare: %s must be a 1-D numeric array, got %R", name,
+        reinterpret_cast<PyObject *>(Py_TYPE(object)));
+      return false;
+    }
+    held_ = true;
+    const std::string format = view_.format ? view_.format : "B";
+    const char code = format.empty() ? '?' : format.back();
+    const std::string sizes = "bBhHiIlLqQfd";
+    const int expected[] = {1, 1, 2, 2, 4, 4, 8, 8, 8, 8, 4, 8};
+    const size_t kind = sizes.find(code);
+    const bool native = format.size() == 1 || format[0] == '@' || format[0] == '=' ||
+      format[0] == '<';
+    if (kind == std::string::npos || !native || view_.itemsize != expected[kind] ||
+      view_.ndim != 1)
+    {
+      PyErr_Format(
+        PyExc_ValueError, "prepare: %s must be a 1-D array of a native integer or float32/64 "
+        "type, got buffer format '%s' with %d dimension(s)", name, format.c_str(), view_.ndim);
+      return false;
+    }
+    column_ = {static_cast<const char *>(view_.buf),
+      view_.strides ? view_.strides[0] : view_.itemsize, code, view_.itemsize};
+    return true;
+  }
+
+  Py_ssize_t size() const {return view_.shape[0];}
+  const veckm_egomotion::Column & column() const {return column_;}
+
+private:
+  Py_buffer view_{};
+  bool held_ = false;
+  veckm_egomotion::Column column_{};
+};
+
+const char kPrepareDoc[] =
+  "prepare(x_px, y_px, u_px_s, v_px_s, weight, pixel_map, floats_out, ints_out, starts_out,\n"
+  "        settings) -> (N, C)\n\n"
+  "EgomotionEstimator._prepare's input stage (egomotion.py) for one window: columns (K,) of\n"
+  "any native integer or float32/64 dtype (weight None: all 1); pixel_map (W H, 8) float32;\n"
+  "floats_out (>= 10 min(K, max_flows),) float64 gets the rows a (3), g (3), m, weight,\n"
+  "validity, slow of N flows as a (10, N) block; ints_out (>= 3 min(K, max_flows),) int64\n"
+  "the rows cell, region, input_order; starts_out (>= num_cells,) int64 the C cells' first\n"
+  "flows. settings: (width, height, max_flows, min_validity, flow_floor_px_s,\n"
+  "slow_flow_px_s, num_cells, min_cell_flows). N = 0: no usable flow.";
+
+PyObject * prepare(PyObject *, PyObject * args)
+{
+  PyObject * objects[9];
+  veckm_egomotion::PrepareSettings settings{};
+  long long values[5];  // NOLINT(runtime/int): the "L" format's type
+  if (!PyArg_ParseTuple(
+      args, "OOOOOOOOO(LLLdddLL):prepare", &objects[0], &objects[1], &objects[2],
+      &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
+      &values[0], &values[1], &values[2], &settings.min_validity, &settings.flow_floor_px_s,
+      &settings.slow_flow_px_s, &values[3], &values[4]))
+  {
+    return nullptr;
+  }
+  settings.width = values[0];
+  settings.height = values[1];
+  settings.max_flows = values[2];
+  settings.num_cells = values[3];
+  settings.min_cell_flows = values[4];
+  if (!(settings.width > 0 && settings.height > 0 && settings.max_flows >= 2 &&
+    settings.num_cells >= 1 && settings.min_cell_flows >= 1 &&
+    std::isfinite(settings.min_validity) && settings.flow_floor_px_s >= 0 &&
+    std::isfinite(settings.flow_floor_px_s) && settings.slow_flow_px_s >= 0 &&
+    std::isfinite(settings.slow_flow_px_s)))
+  {
+    PyErr_Format(
+      PyExc_ValueError, "prepare: settings out of range (width, height > 0 px, max_flows >= "
+      "2, num_cells >= 1, min_cell_flows >= 1, finite min_validity, flow_floor_px_s >= 0 and "
+      "slow_flow_px_s >= 0), got %R", PyTuple_GET_ITEM(args, 9));
+    return nullptr;
+  }
+  InputColumn x_px, y_px, u_px_s, v_px_s, weight;
+  if (!x_px.get(objects[0], "x_px") || !y_px.get(objects[1], "y_px") ||
+    !u_px_s.get(objects[2], "u_px_s") || !v_px_s.get(objects[3], "v_px_s") ||
+    (objects[4] != Py_None && !weight.get(objects[4], "weight")))
+  {
+    return nullptr;
+  }
+  const Py_ssize_t count = x_px.size();
+  if (y_px.size() != count || u_px_s.size() != count || v_px_s.size() != count ||
+    (objects[4] != Py_None && weight.size() != count))
+  {
+    PyErr_Format(
+      PyExc_ValueError, "prepare: the columns differ in length: x_px %zd, y_px %zd, u_px_s "
+      "%zd, v_px_s %zd, weight %zd", count, y_px.size(), u_px_s.size(), v_px_s.size(),
+      objects[4] != Py_None ? weight.size() : count);
+    return nullptr;
+  }
+  const Py_ssize_t used = count < settings.max_flows ? count : settings.max_flows;
+  Array pixel_map, floats, ints, starts;
+  if (!pixel_map.get(
+      objects[5], "pixel_map", 'f', 2, settings.width * settings.height, 8, false,
+      "prepare") ||
+    !floats.get(objects[6], "floats_out", 'd', 1, kFree, kFree, true, "prepare") ||
+    !ints.get(objects[7], "ints_out", 'i', 1, kFree, kFree, true, "prepare") ||
+    !starts.get(objects[8], "starts_out", 'i', 1, kFree, kFree, true, "prepare"))
+  {
+    return nullptr;
+  }
+  if (floats.size(0) < 10 * used || ints.size(0) < 3 * used ||
+    starts.size(0) < settings.num_cells)
+  {
+    PyErr_Format(
+      PyExc_ValueError, "prepare: floats_out, ints_out and starts_out must hold >= %zd, %zd "
+      "and %lld values, got %zd, %zd and %zd", 10 * used, 3 * used,
+      static_cast<long long>(settings.num_cells), floats.size(0), ints.size(0),  // NOLINT
+      starts.size(0));
+    return nullptr;
+  }
+  int64_t num_cells = 0, n = 0;
+  Py_BEGIN_ALLOW_THREADS
+  n = veckm_egomotion::prepare(
+    x_px.column(), y_px.column(), u_px_s.column(), v_px_s.column(),
+    objects[4] != Py_None ? &weight.column() : nullptr, count, pixel_map.f32(), settings,
+    floats.f64_mut(), ints.i64_mut(), starts.i64_mut(), &num_cells);
+  Py_END_ALLOW_THREADS
+  if (n < 0) {
+    PyErr_Format(
+      PyExc_ValueError, "prepare: pixel_map row %lld has a cell index outside 0..%lld",
+      static_cast<long long>(-n - 1), static_cast<long long>(settings.num_cells));  // NOLINT
+    return nullptr;
+  }
+  return Py_BuildValue("(LL)", static_cast<long long>(n), static_cast<long long>(num_cells));  // NOLINT
+}
+
 PyMethodDef kMethods[] = {
   {"solve_gyro", solve_gyro, METH_VARARGS, kSolveGyroDoc},
+  {"prepare", prepare, METH_VARARGS, kPrepareDoc},
   {nullptr, nullptr, 0, nullptr},
 };
 

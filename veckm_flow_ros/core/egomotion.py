@@ -372,6 +372,10 @@ _DEPTH_FREE_LIMIT = 0.5
 # cumulative sum within one block (cost ~ regions x (flows / this + this)).
 _TTC_BLOCK = 64
 
+# The input dtypes the compiled input stage reads as they are (numpy's dtype.char, native
+# byte order): the others are converted to float64 first.
+_COLUMN_CODES = frozenset('bBhHiIlLqQfd')
+
 # The local search pattern: a 7x7 grid over [-1, 1]^2 (times the step).
 _PATTERN = np.array([(i / 3.0, j / 3.0) for i in range(-3, 4) for j in range(-3, 4)])
 
@@ -399,22 +403,31 @@ class _Window:
         self.num_cells = len(starts)
         self.region = region                      # (N,) time-to-contact region index
         self.input_order = input_order
-        # (6, N) a a^T (order of _squares), the mixed products twice, and room behind it
-        # for known_table's rows (written in place: no copies of the per-flow tables)
-        self._products = np.empty((10, len(m)))
-        self.aa_rows = self._products[:6]
-        np.multiply(a_rows, a_rows, out=self.aa_rows[:3])
-        np.multiply(a_rows[0], a_rows[1:], out=self.aa_rows[3:5])
-        np.multiply(a_rows[1], a_rows[2], out=self.aa_rows[5])
-        self.aa_rows[3:] *= 2.0
+        self._products = None  # see aa_rows (the compiled solve does not need them)
         self.first_free_stats = None  # _fit_free's first cell sums (Huber weights of m)
 
     def __len__(self):
         return len(self.m)
 
+    @property
+    def aa_rows(self):
+        """(6, N) a a^T (order of _squares), the mixed products twice (computed once)."""
+        return self._table()[:6]
+
+    def _table(self):
+        """Return (10, N): aa_rows, then room for known_table's rows (written in place)."""
+        if self._products is None:
+            self._products = np.empty((10, len(self.m)))
+            aa_rows, a_rows = self._products[:6], self.a_rows
+            np.multiply(a_rows, a_rows, out=aa_rows[:3])
+            np.multiply(a_rows[0], a_rows[1:], out=aa_rows[3:5])
+            np.multiply(a_rows[1], a_rows[2], out=aa_rows[5])
+            aa_rows[3:] *= 2.0
+        return self._products
+
     def known_table(self, r):
         """Return (10, N) per flow a a^T (aa_rows), a r and r^2, r (N,) the derotated flow."""
-        table = self._products
+        table = self._table()
         np.multiply(self.a_rows, r, out=table[6:9])
         np.multiply(r, r, out=table[9])
         return table
@@ -440,15 +453,17 @@ class EgomotionEstimator:
     Angular velocity, translation direction, FOE and time to contact per window of flows.
 
     camera: CameraModel of the event camera (the flows' pixels are its distorted pixels).
-    compiled: with a gyroscope, solve each window in the compiled extension
-    (veckm_flow_ros._egomotion, csrc/egomotion/: the same algorithm in one call); false: the
-    numpy code of this module, the reference the extension is tested and benchmarked against.
+    compiled: the input stage and, with a gyroscope, the solve of each window in the compiled
+    extension (veckm_flow_ros._egomotion, csrc/egomotion/: the same algorithm, one call each);
+    false: the numpy code of this module, the reference the extension is tested and
+    benchmarked against.
     """
 
     def __init__(self, camera: CameraModel, config: EgomotionConfig = None, compiled=True):
         self.camera = camera
         self.config = (config or EgomotionConfig()).check()
-        self._compiled = _compiled_solver() if compiled else None
+        self._extension = _extension() if compiled else None
+        self._compiled = None if self._extension is None else self._extension.solve_gyro
         # The coarse grid: half a Fibonacci sphere and its mirror image. Every cost shares
         # most of its work between d and -d (see the costs' `mirror`).
         sphere = fibonacci_sphere(self.config.sphere_directions)
@@ -579,6 +594,8 @@ class EgomotionEstimator:
         lengths = {name: len(c) for name, c in zip(names, columns)}
         if len(set(lengths.values())) != 1:
             raise ValueError(f'egomotion inputs differ in length: {lengths}')
+        if self._extension is not None:
+            return self._prepare_compiled(columns, weight is not None)
         config = self.config
         width, height = self.camera.width, self.camera.height
         if lengths['x_px'] > config.max_flows:
@@ -656,6 +673,27 @@ class EgomotionEstimator:
         a, g = ag[:3], ag[3:]                                            # (3, N) each
         region = sorted_maps[:, 7].astype(np.intp)
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
+
+    def _prepare_compiled(self, columns, weighted) -> Optional[_Window]:
+        """_prepare's work after the length check in one call of the extension (same window)."""
+        config = self.config
+        # (other dtypes, e.g. bool, float16 or byte-swapped, as float64 first)
+        columns = [c if c.dtype.char in _COLUMN_CODES and c.dtype.isnative else
+                   c.astype(np.float64) for c in columns]
+        count = min(len(columns[0]), config.max_flows)
+        floats, ints = np.empty(10 * count), np.empty(3 * count, np.int64)
+        starts = np.empty(self._num_cells, np.int64)
+        num_flows, num_cells = self._extension.prepare(
+            *columns[:4], columns[4] if weighted else None, self._pixel_map, floats, ints,
+            starts, (self.camera.width, self.camera.height, config.max_flows,
+                     config.min_validity, config.flow_floor_px_s, config.slow_flow_px_s,
+                     self._num_cells, config.min_cell_flows))
+        if num_flows == 0:
+            return None
+        floats = floats[:10 * num_flows].reshape(10, num_flows)
+        ints = ints[:3 * num_flows].reshape(3, num_flows)
+        return _Window(floats[:3], floats[3:6], floats[6], floats[7], floats[8], floats[9],
+                       ints[0], starts[:num_cells], ints[1], ints[2])
 
     # ---- with a gyroscope -----------------------------------------------------------------
 
@@ -1149,8 +1187,8 @@ class EgomotionEstimator:
         return grid.reshape(rows, cols).astype(np.float32)
 
 
-def _compiled_solver():
-    """Return the compiled extension's solve_gyro, or raise ImportError saying how to build it."""
+def _extension():
+    """Return the compiled module veckm_flow_ros._egomotion, or raise ImportError saying how."""
     try:
         from veckm_flow_ros import _egomotion
     except ImportError as error:
@@ -1158,7 +1196,7 @@ def _compiled_solver():
             f'the egomotion extension veckm_flow_ros._egomotion does not import ({error}); '
             'build it with `python3 setup.py build_ext --inplace` (or scripts/setup.sh), or '
             'pass compiled=False for the numpy reference') from error
-    return _egomotion.solve_gyro
+    return _egomotion
 
 
 def _interpolate(times, rates, t_s):
