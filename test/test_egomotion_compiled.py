@@ -13,9 +13,10 @@
 # limitations under the License.
 
 """
-The compiled gyroscope solve (veckm_flow_ros._egomotion) against the numpy reference.
+The compiled egomotion stages (veckm_flow_ros._egomotion) against the numpy reference.
 
-Both solve the same prepared windows from the same state (previous direction, warm-window
+The input stage gives bit-identical windows; the time to contact the same grids (measured:
+1552 regions of 60 windows, all identical). For the gyroscope solve, both solve the same prepared windows from the same state (previous direction, warm-window
 count): analytic windows with noise and outliers on random cameras (pinhole, plumb_bob,
 equidistant), random settings (cell sizes from 8 px to one cell of 256 px, fewer search and
 Huber rounds, the sign start off), tiny windows, warm-started sequences. They differ by
@@ -171,6 +172,138 @@ def test_compiled_estimates_match_numpy_over_a_warm_started_sequence():
         # the time to contact: medians of the same flows (a flow near a median may swap)
         np.testing.assert_allclose(b.ttc_grid_s, a.ttc_grid_s, rtol=0.05)
         assert numpy_path._warm_windows == compiled._warm_windows
+
+
+def input_cases(rng):
+    """Windows of random settings, sizes and dtypes (uint16, int32, float32, strided, NaN)."""
+    for trial in range(30):
+        camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3]
+        config = EgomotionConfig(max_flows=int(rng.choice([10, 999, 4000])),
+                                 min_validity=float(rng.choice([0, 0.3])),
+                                 flow_floor_px_s=float(rng.choice([0, 50])),
+                                 slow_flow_px_s=float(rng.choice([0, 100])),
+                                 cell_px=int(rng.choice([8, 32, 256])))
+        v, omega = random_motion(rng)
+        count = int(rng.choice([5, 300, 3001, 9999]))
+        x, y, u, w, _ = analytic_window(camera, v, omega, count=count, seed=trial)
+        weight = None
+        if trial % 2:
+            weight = rng.choice([0.0, 0.2, 1.0, np.nan, np.inf], size=count).astype(
+                rng.choice([np.float32, np.float64]))
+        if trial % 4 == 1:
+            x, y, u = x.astype(np.uint16), y.astype(np.float32), u.astype(np.float32)
+            u[0], x[1] = np.nan, 5000
+        if trial % 4 == 3:
+            x = x.astype(np.int32)
+            uv = np.stack([u, w], axis=1)  # strided columns
+            u, w = uv[:, 0], uv[:, 1]
+        if trial % 6 == 5:
+            x = x > 100  # bool: converted to float64 first
+        yield camera, config, (x, y, u, w, weight)
+
+
+def test_compiled_input_stage_gives_the_same_windows():
+    rng = np.random.default_rng(0)
+    prepared = 0
+    for camera, config, inputs in input_cases(rng):
+        reference, window = (EgomotionEstimator(camera, config, compiled=flag)._prepare(*inputs)
+                             for flag in (False, True))
+        if reference is None:
+            assert window is None
+            continue
+        prepared += 1
+        for name in ('a_rows', 'g_rows', 'm', 'weight', 'validity', 'slow', 'cell', 'starts',
+                     'region', 'input_order', 'aa_rows'):
+            expected, value = getattr(reference, name), getattr(window, name)
+            assert value.dtype == expected.dtype, name
+            np.testing.assert_array_equal(value, expected, err_msg=name)
+    assert prepared >= 15
+
+
+def test_compiled_time_to_contact_matches_numpy():
+    rng = np.random.default_rng(1)
+    regions = 0
+    for trial in range(20):
+        camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3]
+        config = EgomotionConfig(ttc_grid=tuple(int(v) for v in rng.integers(1, 12, 2)),
+                                 ttc_neighbour_weight=float(rng.choice([0, 0.25, 1])),
+                                 min_ttc_flows=int(rng.choice([1, 10, 50])))
+        reference, compiled = (EgomotionEstimator(camera, config, compiled=flag)
+                               for flag in (False, True))
+        v, omega = random_motion(rng)
+        x, y, u, w, _ = analytic_window(camera, v, omega, count=int(rng.choice([100, 3000])),
+                                        seed=trial)
+        window = compiled._prepare(x, y, u, w, None)
+        direction, _, _ = compiled._solve_gyro(window, omega)
+        direction = direction if direction[2] > 0 else -direction
+        expected = reference._ttc(window, direction, omega)
+        grid = compiled._ttc(window, direction, omega)
+        assert grid.dtype == np.float32 and grid.shape == config.ttc_grid
+        # (rounding may swap a flow next to a median: none measured)
+        np.testing.assert_allclose(grid, expected, rtol=1e-6)
+        regions += np.count_nonzero(~np.isnan(grid))
+    assert regions > 200
+
+
+def prepare_arguments(count=20):
+    """Valid arguments of _egomotion.prepare (a pinhole camera's map)."""
+    estimator = EgomotionEstimator(PINHOLE)
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 346, count), rng.integers(0, 260, count), rng.normal(size=count),
+            rng.normal(size=count), None, estimator._pixel_map, np.empty(10 * count),
+            np.empty(3 * count, np.int64), np.empty(estimator._num_cells, np.int64),
+            (346, 260, 4000, 0.0, 50.0, 100.0, estimator._num_cells, 3)]
+
+
+@pytest.mark.parametrize('index, value, message', [
+    (1, np.zeros(19), 'the columns differ in length: x_px 20, y_px 19'),
+    (4, np.ones(21), 'weight 21'),
+    (0, np.zeros((4, 5)), 'x_px must be a 1-D array of a native integer or float32/64 type, '
+     "got buffer format 'd' with 2 dimension(s)"),
+    (2, np.zeros(20, np.complex128), "u_px_s must be a 1-D array of a native integer or "
+     "float32/64 type, got buffer format 'Zd'"),
+    (3, 'abc', "v_px_s must be a 1-D numeric array, got <class 'str'>"),
+    (5, np.zeros((10, 8), np.float32), 'pixel_map must have shape (89960, 8), got (10, 8)'),
+    (5, np.zeros((89960, 8)), "pixel_map must be float32, got buffer format 'd'"),
+    (6, np.empty(10), 'floats_out, ints_out and starts_out must hold >= 200, 60'),
+    (9, (346, 260, 1, 0.0, 50.0, 100.0, 99, 3), 'prepare: settings out of range'),
+    (9, (346, 260, 4000, 0.0, -1.0, 100.0, 99, 3), 'prepare: settings out of range'),
+], ids=['length', 'weight-length', '2-d', 'complex', 'str', 'map-shape', 'map-dtype',
+        'outputs', 'max-flows', 'floor'])
+def test_compiled_input_stage_names_bad_arguments(index, value, message):
+    args = prepare_arguments()
+    args[index] = value
+    with pytest.raises(ValueError) as error:
+        _egomotion.prepare(*args)
+    assert message in str(error.value)
+
+
+def test_compiled_input_stage_rejects_a_map_with_bad_cells():
+    args = prepare_arguments()
+    args[5] = args[5].copy()
+    args[5][:, 6] = 1e6
+    with pytest.raises(ValueError, match=r'pixel_map row \d+ has a cell index outside 0..99'):
+        _egomotion.prepare(*args)
+
+
+@pytest.mark.parametrize('index, value, message', [
+    (5, np.full(50, 48, np.int64), 'region must be in 0..47, got 48 at index 0'),
+    (5, np.zeros(50, np.int32), "region must be int64, got buffer format 'i'"),
+    (8, np.empty((6, 8)), "grid_out must be float32, got buffer format 'd'"),
+    (8, np.empty((8, 6), np.float32), 'grid_out must have shape (6, 8), got (8, 6)'),
+    (6, np.zeros(2), 'direction must have shape (3,), got (2,)'),
+    (9, (6, 8, 10, 2.0), 'time_to_contact: settings out of range'),
+], ids=['region-range', 'region-dtype', 'grid-dtype', 'grid-shape', 'direction', 'weight'])
+def test_compiled_time_to_contact_names_bad_arguments(index, value, message):
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=(3, 50)), rng.normal(size=(3, 50)), rng.normal(size=50),
+            np.ones(50), np.ones(50), rng.integers(0, 48, 50), np.array([0.0, 0.0, 1.0]),
+            np.zeros(3), np.empty((6, 8), np.float32), (6, 8, 10, 0.25)]
+    _egomotion.time_to_contact(*args)
+    args[index] = value
+    with pytest.raises(ValueError) as error:
+        _egomotion.time_to_contact(*args)
+    assert message in str(error.value)
 
 
 def arguments(count=50, cells=5):

@@ -13,7 +13,7 @@
 // limitations under the License.
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
-// arrive through the buffer protocol) around prepare.cpp and solve_gyro.cpp, so that the egomotion node keeps
+// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp and ttc.cpp, so that the egomotion node keeps
 // not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
 // values, the cell starts and input order) with a ValueError that names it; the work runs
 // without the GIL.
@@ -30,6 +30,7 @@
 
 #include "prepare.h"
 #include "solve_gyro.h"
+#include "ttc.h"
 
 namespace {
 
@@ -108,6 +109,7 @@ public:
   const int64_t * i64() const {return static_cast<const int64_t *>(view_.buf);}
   int64_t * i64_mut() const {return static_cast<int64_t *>(view_.buf);}
   const float * f32() const {return static_cast<const float *>(view_.buf);}
+  float * f32_mut() const {return static_cast<float *>(view_.buf);}
 
 private:
   Py_buffer view_{};
@@ -415,9 +417,78 @@ PyObject * prepare(PyObject *, PyObject * args)
   return Py_BuildValue("(LL)", static_cast<long long>(n), static_cast<long long>(num_cells));  // NOLINT
 }
 
+const char kTimeToContactDoc[] =
+  "time_to_contact(a_rows, g_rows, m, validity, robust, region, direction, omega, grid_out,\n"
+  "                settings) -> None\n\n"
+  "EgomotionEstimator._ttc (egomotion.py): per region the weighted median of the flows'\n"
+  "inverse time to contact over its pool. a_rows, g_rows (3, N) float64; m, validity, robust\n"
+  "(N,) float64; region (N,) int64 in 0..rows cols - 1; direction (3,) unit, z > 0; omega (3,)\n"
+  "rad/s; grid_out (rows, cols) float32 [s], written (NaN: undetermined); settings: (rows,\n"
+  "cols, min_ttc_flows, neighbour_weight).";
+
+PyObject * time_to_contact(PyObject *, PyObject * args)
+{
+  PyObject * objects[9];
+  veckm_egomotion::TtcSettings settings{};
+  long long values[3];  // NOLINT(runtime/int): the "L" format's type
+  if (!PyArg_ParseTuple(
+      args, "OOOOOOOOO(LLLd):time_to_contact", &objects[0], &objects[1], &objects[2],
+      &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8], &values[0],
+      &values[1], &values[2], &settings.neighbour_weight))
+  {
+    return nullptr;
+  }
+  settings.rows = values[0];
+  settings.cols = values[1];
+  settings.min_ttc_flows = values[2];
+  if (!(settings.rows >= 1 && settings.rows <= 64 && settings.cols >= 1 &&
+    settings.cols <= 64 && settings.neighbour_weight >= 0 && settings.neighbour_weight <= 1))
+  {
+    PyErr_Format(
+      PyExc_ValueError, "time_to_contact: settings out of range (rows and cols 1..64, "
+      "neighbour_weight in [0, 1]), got %R", PyTuple_GET_ITEM(args, 9));
+    return nullptr;
+  }
+  const char * function = "time_to_contact";
+  Array m, a_rows, g_rows, validity, robust, region, direction, omega, grid;
+  if (!m.get(objects[2], "m", 'd', 1, kFree, kFree, false, function)) {
+    return nullptr;
+  }
+  const Py_ssize_t count = m.size(0);
+  if (!a_rows.get(objects[0], "a_rows", 'd', 2, 3, count, false, function) ||
+    !g_rows.get(objects[1], "g_rows", 'd', 2, 3, count, false, function) ||
+    !validity.get(objects[3], "validity", 'd', 1, count, kFree, false, function) ||
+    !robust.get(objects[4], "robust", 'd', 1, count, kFree, false, function) ||
+    !region.get(objects[5], "region", 'i', 1, count, kFree, false, function) ||
+    !direction.get(objects[6], "direction", 'd', 1, 3, kFree, false, function) ||
+    !omega.get(objects[7], "omega", 'd', 1, 3, kFree, false, function) ||
+    !grid.get(objects[8], "grid_out", 'f', 2, settings.rows, settings.cols, true, function))
+  {
+    return nullptr;
+  }
+  const int64_t regions = settings.rows * settings.cols;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    const int64_t value = region.i64()[i];
+    if (value < 0 || value >= regions) {
+      PyErr_Format(
+        PyExc_ValueError, "time_to_contact: region must be in 0..%lld, got %lld at index %zd",
+        static_cast<long long>(regions - 1), static_cast<long long>(value), i);  // NOLINT
+      return nullptr;
+    }
+  }
+  Py_BEGIN_ALLOW_THREADS
+  veckm_egomotion::time_to_contact(
+    a_rows.f64(), g_rows.f64(), m.f64(), validity.f64(), robust.f64(), region.i64(), count,
+    direction.f64(), omega.f64(), settings,
+    grid.f32_mut());
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
   {"solve_gyro", solve_gyro, METH_VARARGS, kSolveGyroDoc},
   {"prepare", prepare, METH_VARARGS, kPrepareDoc},
+  {"time_to_contact", time_to_contact, METH_VARARGS, kTimeToContactDoc},
   {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1133,6 +1133,13 @@ class EgomotionEstimator:
         """Time to contact per region [s]: weighted median of per-flow estimates."""
         config = self.config
         rows, cols = config.ttc_grid
+        if self._extension is not None:
+            grid = np.empty((rows, cols), np.float32)
+            self._extension.time_to_contact(
+                window.a_rows, window.g_rows, window.m, window.validity, window.robust,
+                window.region, direction, omega, grid,
+                (rows, cols, config.min_ttc_flows, config.ttc_neighbour_weight))
+            return grid
         b = direction @ window.a_rows
         r = window.m - omega @ window.g_rows
         # inverse time to contact s d_z / Z = r d_z / b; L1 fit through the origin per region
