@@ -13,8 +13,10 @@
 # limitations under the License.
 
 """
-Build the veckm_flow_ros package, its torch C++/CUDA extension (veckm_flow_ros._C) and the
-egomotion estimator's plain CPython extension (veckm_flow_ros._egomotion, no torch).
+Build the veckm_flow_ros package and its two compiled extensions.
+
+The torch C++/CUDA extension veckm_flow_ros._C (the ops) and the egomotion estimator's plain
+CPython extension veckm_flow_ros._egomotion (no torch).
 
 A CPU-only extension is built when the installed torch has no CUDA; a CUDA one when it has, or
 when FORCE_CUDA=1 (compile-only checks on a machine without GPU).

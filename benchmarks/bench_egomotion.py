@@ -25,14 +25,15 @@ with plumb_bob distortion, random motion), estimated `--repeats` times. Columns:
 window, flows used (max_flows subsamples above it), CPU ms and wall ms per window (median),
 and the CPU share of one core the estimator needs to keep up with the rate, per 100 k flows/s
 of input. The baseline row (measured in the same run) is the input stage alone (pixel ->
-normalized undistorted coordinates and the normal-flow transform) at the same rate; the last
-column is each row's ratio to it. --reference FILE: another version of
+normalized undistorted coordinates and the normal-flow transform) at the same rate; column
+"x baseline" is each row's ratio to it. --reference FILE: another version of
 veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomotion.py >
 /tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
 "(reference)"), so that both see the same load; `--reference numpy`: this version's numpy
-solve with a gyroscope (EgomotionEstimator(compiled=False), the reference of the compiled
-extension; without a gyroscope both rows run the same numpy code). --pause-ms: sleep before each timed call,
-as the node idles between windows (caches and branch predictors go cold: a call then costs
+code (EgomotionEstimator(compiled=False): input stage, solve with a gyroscope and time to
+contact; the reference of the compiled extension). Then a last column gives the reference's
+CPU time over this version's. --pause-ms: sleep before each timed call, as the node idles
+between windows (caches and branch predictors go cold: a call then costs
 more than back to back).
 """
 
@@ -125,8 +126,9 @@ def main():
     print(f'window {args.window_ms:g} ms, max_flows {config.max_flows}, cells '
           f'{config.cell_px} px, {config.sphere_directions} sphere directions\n')
     print('| flows/s | case | flows/window | used | CPU ms/window | wall ms/window | '
-          '% core per 100 k flows/s | x baseline |')
-    print('|---|---|---|---|---|---|---|---|')
+          '% core per 100 k flows/s | x baseline |' + (' reference / this |' if reference
+                                                       else ''))
+    print('|---|---|---|---|---|---|---|---|' + ('---|' if reference else ''))
     for rate in args.rates:
         count = int(round(rate * args.window_ms * 1e-3))
         x, y, u, v, omega = analytic_window(camera, count, rng)
@@ -145,10 +147,16 @@ def main():
                     ('', ' (reference)'),
                     measure(run(estimator), args.repeats, run(reference), pause_s)):
                 rows.append((case + label, result.num_flows, cpu, wall))
+        cpu_of = {case: cpu for case, _, cpu, _ in rows}
         for case, used, cpu, wall in rows:
             share = 100.0 * cpu / args.window_ms / (rate / 1e5)
+            ratio = ''
+            if reference is not None and case + ' (reference)' in cpu_of:
+                ratio = f' {cpu_of[case + " (reference)"] / max(cpu, 1e-9):.2f} |'
+            elif reference is not None:
+                ratio = ' |'
             print(f'| {rate:,.0f} | {case} | {count:,} | {used} | {cpu:.2f} | {wall:.2f} | '
-                  f'{share:.1f} | {cpu / max(base_cpu, 1e-9):.1f} |')
+                  f'{share:.1f} | {cpu / max(base_cpu, 1e-9):.1f} |{ratio}')
 
 
 if __name__ == '__main__':

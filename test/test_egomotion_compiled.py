@@ -16,12 +16,13 @@
 The compiled egomotion stages (veckm_flow_ros._egomotion) against the numpy reference.
 
 The input stage gives bit-identical windows; the time to contact the same grids (measured:
-1552 regions of 60 windows, all identical). For the gyroscope solve, both solve the same prepared windows from the same state (previous direction, warm-window
-count): analytic windows with noise and outliers on random cameras (pinhole, plumb_bob,
-equidistant), random settings (cell sizes from 8 px to one cell of 256 px, fewer search and
-Huber rounds, the sign start off), tiny windows, warm-started sequences. They differ by
-rounding only: the sign vote's float32 sums run in another order, so its start moves by
-~1e-5 rad and the least squares end within ~0.002 deg of each other (measured on 142 windows:
+1552 regions of 60 windows, all identical). For the gyroscope solve, both solve the same
+prepared windows from the same state (previous direction, warm-window count): analytic
+windows with noise and outliers on random cameras (pinhole, plumb_bob, equidistant), random
+settings (cell sizes from 8 px to one cell of 256 px, fewer search and Huber rounds, the sign
+start off), tiny windows, warm-started sequences. They differ by rounding only: the sign
+vote's float32 sums run in another order, so its start moves by ~1e-5 rad and the least
+squares end within ~0.002 deg of each other (measured on 142 windows:
 max 0.0019 deg, fit 1.4e-5, Huber weights 4.5e-4).
 """
 
@@ -246,7 +247,7 @@ def test_compiled_time_to_contact_matches_numpy():
 
 
 def prepare_arguments(count=20):
-    """Valid arguments of _egomotion.prepare (a pinhole camera's map)."""
+    """Return valid arguments of _egomotion.prepare (a pinhole camera's map)."""
     estimator = EgomotionEstimator(PINHOLE)
     rng = np.random.default_rng(0)
     return [rng.integers(0, 346, count), rng.integers(0, 260, count), rng.normal(size=count),
@@ -260,7 +261,7 @@ def prepare_arguments(count=20):
     (4, np.ones(21), 'weight 21'),
     (0, np.zeros((4, 5)), 'x_px must be a 1-D array of a native integer or float32/64 type, '
      "got buffer format 'd' with 2 dimension(s)"),
-    (2, np.zeros(20, np.complex128), "u_px_s must be a 1-D array of a native integer or "
+    (2, np.zeros(20, np.complex128), 'u_px_s must be a 1-D array of a native integer or '
      "float32/64 type, got buffer format 'Zd'"),
     (3, 'abc', "v_px_s must be a 1-D numeric array, got <class 'str'>"),
     (5, np.zeros((10, 8), np.float32), 'pixel_map must have shape (89960, 8), got (10, 8)'),
@@ -307,7 +308,7 @@ def test_compiled_time_to_contact_names_bad_arguments(index, value, message):
 
 
 def arguments(count=50, cells=5):
-    """Valid arguments of _egomotion.solve_gyro for a small random window."""
+    """Return valid arguments of _egomotion.solve_gyro for a small random window."""
     rng = np.random.default_rng(0)
     a_rows = rng.normal(size=(3, count))
     g_rows = rng.normal(size=(3, count))
@@ -347,7 +348,7 @@ def test_compiled_solve_runs_on_valid_arguments():
     (6, np.arange(50, dtype=np.int64) - 1, 'got -1 (negative)'),
     (12, (5, 2, 2.0, True, 0, 0.2, 0.3, 0.3), 'settings out of range'),
     (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.0), 'settings out of range'),
-    (2, [1.0, 2.0], 'm must be a C-contiguous float64 array, got <class \'list\'>'),
+    (2, [1.0, 2.0], "m must be a C-contiguous float64 array, got <class 'list'>"),
 ], ids=['nan', 'inf', 'omega-nan', 'float32', 'int-dtype', 'shape', 'sphere-shape',
         'previous-shape', 'strided', 'read-only', 'starts-order', 'starts-first', 'starts-end',
         'order-repeat', 'order-negative', 'sign-flows', 'step', 'list'])

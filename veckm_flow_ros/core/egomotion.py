@@ -675,7 +675,7 @@ class EgomotionEstimator:
         return _Window(a, g, m, w, validity, slow, cell, starts, region, order)
 
     def _prepare_compiled(self, columns, weighted) -> Optional[_Window]:
-        """_prepare's work after the length check in one call of the extension (same window)."""
+        """Do _prepare's work after the length check in one call of the extension."""
         config = self.config
         # (other dtypes, e.g. bool, float16 or byte-swapped, as float64 first)
         columns = [c if c.dtype.char in _COLUMN_CODES and c.dtype.isnative else
@@ -751,7 +751,7 @@ class EgomotionEstimator:
         return direction, omega.copy(), fit
 
     def _solve_gyro_compiled(self, window, omega):
-        """_solve_gyro in one call of the compiled extension (same algorithm and results)."""
+        """Solve as _solve_gyro in one call of the compiled extension (same algorithm)."""
         config = self.config
         previous = self._previous
         warm = (config.sign_start and previous is not None
