@@ -106,19 +106,21 @@ fi
 # 1-2. Kilted: packages and event_camera_msgs.
 setup_ros_env "$VENV" requirements.txt
 
-# 3. This package (editable) and its extension.
+# 3. This package (editable) and its two extensions.
+EXTENSIONS='veckm_flow_ros._C, veckm_flow_ros._egomotion'
 pkg_hash="$(content_hash setup.py setup.cfg csrc)"
-if ! stamp_ok package "$pkg_hash" || ! "$PY" -c 'import torch, veckm_flow_ros._C' 2>/dev/null; then
+if ! stamp_ok package "$pkg_hash" || ! "$PY" -c "import torch, $EXTENSIONS" 2>/dev/null; then
   say "building the veckm_flow_ros extension (csrc/) and installing the package"
   pip_install --no-build-isolation --no-deps -e "$ROOT"
   stamp_set package "$pkg_hash"
 fi
-"$PY" -c 'import torch, rclpy, event_camera_msgs.msg, veckm_flow_ros._C' \
+"$PY" -c "import torch, rclpy, event_camera_msgs.msg, $EXTENSIONS" \
   || { echo "error: the environment in $VENV does not import; delete it and run again" >&2; exit 1; }
 say "ready: $VENV ($(du -sh "$VENV" | cut -f1))"
 
 [ "$WITH_JAZZY" = 1 ] || exit 0
-# The extension of step 3 (built in place, veckm_flow_ros/_C*.so) serves Jazzy too: same torch.
+# The extensions of step 3 (built in place, veckm_flow_ros/*.so) serve Jazzy too: same torch
+# and Python.
 torch_pin() { grep -E '^torch==' "$ROOT/$1" || echo "(no torch== line)"; }
 if [ "$(torch_pin requirements.txt)" != "$(torch_pin requirements-jazzy.txt)" ]; then
   echo "error: requirements.txt pins $(torch_pin requirements.txt) but requirements-jazzy.txt" \
@@ -133,7 +135,7 @@ setup_ros_env "$JAZZY_VENV" requirements-jazzy.txt
 # 6. This package on the Jazzy venv's path (the checkout itself, as the editable install of 3).
 site_packages="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$ROOT" > "$site_packages/veckm_flow_ros_checkout.pth"
-"$PY" -c 'import torch, rclpy, event_camera_msgs.msg, veckm_flow_ros._C' \
+"$PY" -c "import torch, rclpy, event_camera_msgs.msg, $EXTENSIONS" \
   || { echo "error: the environment in $JAZZY_VENV does not import (above); delete it and" \
             "run again" >&2; exit 1; }
 say "ready: $JAZZY_VENV ($(du -sh "$JAZZY_VENV" | cut -f1), rclpy" \
