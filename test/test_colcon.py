@@ -65,7 +65,7 @@ def colcon_workspace(tmp_path_factory):
 
 
 def test_colcon_build_installs_node_and_share_files(colcon_workspace):
-    workspace, _ = colcon_workspace
+    workspace, env = colcon_workspace
     install = workspace / 'install' / 'veckm_flow_ros'
     assert (install / 'lib' / 'veckm_flow_ros' / 'veckm_flow_node').exists()
     assert (install / 'lib' / 'veckm_flow_ros' / 'veckm-flow').exists()
