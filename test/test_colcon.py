@@ -78,12 +78,13 @@ def test_colcon_build_installs_node_and_share_files(colcon_workspace):
     assert list((share / 'launch').glob('*.launch.py')), 'launch/*.launch.py not installed'
     assert (share / 'launch' / 'veckm_flow_egomotion.launch.py').exists()
     assert (share / 'config' / 'veckm_egomotion.yaml').exists()
-    # Both extensions are built; the egomotion one imports without torch (as its node does).
-    site_packages = next(install.glob('lib/python3*/site-packages'))
-    probe = ('import site, sys; site.addsitedir(sys.argv[1]); '
+    # Both extensions are built; the egomotion one imports without torch (as its node does),
+    # from the directory of the install's egg-link (the symlinked build).
+    egg_link = next(install.glob('lib/python3*/site-packages/*.egg-link'))
+    probe = ('import sys; sys.path.insert(0, open(sys.argv[1]).readline().strip()); '
              'import veckm_flow_ros._egomotion as m; '
              'assert "torch" not in sys.modules; print(m.__file__)')
-    result = subprocess.run([sys.executable, '-c', probe, str(site_packages)],
+    result = subprocess.run([sys.executable, '-c', probe, str(egg_link)],
                             env=dict(env, PYTHONPATH=''), cwd=workspace, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
