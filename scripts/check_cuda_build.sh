@@ -50,6 +50,7 @@ say "compiling csrc/ with nvcc ($("$NVCC" --version | tail -n 1))"
 (cd "$BUILD" && "$VENV/bin/python" - <<'PY'
 import torch
 import veckm_flow_ros._C  # noqa: F401  (registers the ops)
+import veckm_flow_ros._egomotion  # noqa: F401  (the plain extension, built by the same setup.py)
 
 ops = [name for name in torch._C._dispatch_get_all_op_names() if name.startswith('veckm_flow::')]
 assert ops, 'no veckm_flow ops registered'
