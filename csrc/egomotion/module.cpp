@@ -15,8 +15,9 @@
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
 // arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp and ttc.cpp, so that the egomotion node keeps
 // not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
-// values, the cell starts and input order) with a ValueError that names it; the work runs
-// without the GIL.
+// values, the cell starts and input order) with a ValueError that names it. The calls keep
+// the GIL: each takes well under a millisecond, while a thread that releases it may wait a
+// whole switch interval (5 ms) to get it back from the node's receive threads.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -261,11 +262,9 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
   double direction[3];
   double fit = 0.0;
   const double * previous_values = objects[9] != Py_None ? previous.f64() : nullptr;
-  Py_BEGIN_ALLOW_THREADS
   veckm_egomotion::solve_gyro(
     window, omega.f64(), half_sphere.f64(), half_sphere.size(0), previous_values, warm != 0,
     settings, direction, &fit, robust.f64_mut());
-  Py_END_ALLOW_THREADS
   return Py_BuildValue("(ddd)d", direction[0], direction[1], direction[2], fit);
 }
 
@@ -402,12 +401,10 @@ PyObject * prepare(PyObject *, PyObject * args)
     return nullptr;
   }
   int64_t num_cells = 0, n = 0;
-  Py_BEGIN_ALLOW_THREADS
   n = veckm_egomotion::prepare(
     x_px.column(), y_px.column(), u_px_s.column(), v_px_s.column(),
     objects[4] != Py_None ? &weight.column() : nullptr, count, pixel_map.f32(), settings,
     floats.f64_mut(), ints.i64_mut(), starts.i64_mut(), &num_cells);
-  Py_END_ALLOW_THREADS
   if (n < 0) {
     PyErr_Format(
       PyExc_ValueError, "prepare: pixel_map row %lld has a cell index outside 0..%lld",
@@ -476,12 +473,10 @@ PyObject * time_to_contact(PyObject *, PyObject * args)
       return nullptr;
     }
   }
-  Py_BEGIN_ALLOW_THREADS
   veckm_egomotion::time_to_contact(
     a_rows.f64(), g_rows.f64(), m.f64(), validity.f64(), robust.f64(), region.i64(), count,
     direction.f64(), omega.f64(), settings,
     grid.f32_mut());
-  Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
 
