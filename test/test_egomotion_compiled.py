@@ -365,6 +365,10 @@ def test_compiled_solve_rejects_empty_windows_and_sparse_positions_work():
     args[2] = np.zeros(0)
     with pytest.raises(ValueError, match='m must hold at least 1 flow, got 0'):
         _egomotion.solve_gyro(*args)
+    args = arguments()
+    args[10] = True
+    with pytest.raises(ValueError, match='warm needs the previous direction, got previous None'):
+        _egomotion.solve_gyro(*args)
     # positions far apart (a sorted copy instead of a table) give the same solve
     args = arguments()
     dense = _egomotion.solve_gyro(*args)

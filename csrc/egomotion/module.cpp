@@ -233,6 +233,11 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
   {
     return nullptr;
   }
+  if (warm && objects[9] == Py_None) {
+    PyErr_SetString(
+      PyExc_ValueError, "solve_gyro: warm needs the previous direction, got previous None");
+    return nullptr;
+  }
   if (half_sphere.size(0) < 1) {
     PyErr_SetString(PyExc_ValueError, "solve_gyro: half_sphere must hold >= 1 direction");
     return nullptr;
@@ -461,6 +466,10 @@ PyObject * time_to_contact(PyObject *, PyObject * args)
     !omega.get(objects[7], "omega", 'd', 1, 3, kFree, false, function) ||
     !grid.get(objects[8], "grid_out", 'f', 2, settings.rows, settings.cols, true, function))
   {
+    return nullptr;
+  }
+  if (count >= (Py_ssize_t{1} << 31)) {
+    PyErr_Format(PyExc_ValueError, "time_to_contact: at most 2^31 - 1 flows, got %zd", count);
     return nullptr;
   }
   const int64_t regions = settings.rows * settings.cols;
