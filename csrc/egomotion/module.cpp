@@ -37,7 +37,7 @@ namespace {
 
 constexpr Py_ssize_t kFree = -1;
 
-// A C-contiguous float64 or int64 buffer of a given shape, released on scope exit.
+// A C-contiguous float64, float32 or int64 buffer of a given shape, released on scope exit.
 class Array
 {
 public:
@@ -51,8 +51,8 @@ public:
     }
   }
 
-  // kind 'd' (float64) or 'i' (int64); shape (size) with ndim 1, (size, columns) with ndim
-  // 2; kFree: any size. Returns false with a ValueError set.
+  // kind 'd' (float64), 'f' (float32) or 'i' (int64); shape (size) with ndim 1, (size,
+  // columns) with ndim 2; kFree: any size. Returns false with a ValueError set.
   bool get(
     PyObject * object, const char * name, char kind, int ndim, Py_ssize_t size,
     Py_ssize_t columns = kFree, bool writable = false, const char * function = "solve_gyro")
