@@ -13,8 +13,8 @@
 // limitations under the License.
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
-// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp and ttc.cpp, so that the egomotion node keeps
-// not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
+// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp and ttc.cpp, so
+// that the egomotion node keeps not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
 // values, the cell starts and input order) with a ValueError that names it. The calls keep
 // the GIL: each takes well under a millisecond, while a thread that releases it may wait a
 // whole switch interval (5 ms) to get it back from the node's receive threads.
@@ -416,7 +416,8 @@ PyObject * prepare(PyObject *, PyObject * args)
       static_cast<long long>(-n - 1), static_cast<long long>(settings.num_cells));  // NOLINT
     return nullptr;
   }
-  return Py_BuildValue("(LL)", static_cast<long long>(n), static_cast<long long>(num_cells));  // NOLINT
+  return Py_BuildValue(
+    "(LL)", static_cast<long long>(n), static_cast<long long>(num_cells));  // NOLINT
 }
 
 const char kTimeToContactDoc[] =
