@@ -14,10 +14,11 @@
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
 // arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp and ttc.cpp, so
-// that the egomotion node keeps not importing torch. Every argument is checked here (dtype, shape, contiguity, finite
-// values, the cell starts and input order) with a ValueError that names it. The calls keep
-// the GIL: each takes well under a millisecond, while a thread that releases it may wait a
-// whole switch interval (5 ms) to get it back from the node's receive threads.
+// that the egomotion node keeps not importing torch. Every argument is checked here (dtype,
+// shape, contiguity, finite values, the cell starts and input order) with a ValueError that
+// names it. The calls keep the GIL: each takes well under a millisecond, while a thread that
+// releases it may wait a whole switch interval (5 ms) to get it back from the node's receive
+// threads.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
