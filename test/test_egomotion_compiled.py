@@ -374,3 +374,15 @@ def test_compiled_solve_rejects_empty_windows_and_sparse_positions_work():
     dense = _egomotion.solve_gyro(*args)
     args[6] = args[6] * 1000003
     assert _egomotion.solve_gyro(*args) == dense
+
+
+def test_missing_extension_says_how_to_build_it(monkeypatch):
+    import sys
+    import veckm_flow_ros
+    monkeypatch.delattr(veckm_flow_ros, '_egomotion')
+    monkeypatch.setitem(sys.modules, 'veckm_flow_ros._egomotion', None)
+    with pytest.raises(ImportError, match=r'build it with `python3 setup.py build_ext '
+                       r'--inplace` \(or scripts/setup.sh\), or pass compiled=False'):
+        EgomotionEstimator(PINHOLE)
+    # the numpy reference needs no extension
+    assert EgomotionEstimator(PINHOLE, compiled=False)._extension is None
