@@ -30,9 +30,10 @@ shared-memory segment: a ~/flow message at 1 M flows/s is ~480 KB).
 Each run first publishes until the node has published /diagnostics twice (it has started
 and spins: the messages it received before come in one burst), then measures.
 Columns: flows/s offered; twists/s received here (1 / window_s when the node keeps up);
-dropped windows during the measured run (the estimator thread fell behind); window compute p50 / p99 [ms] (the
-estimator, from the node's /diagnostics); node latency p50 / p99 [ms] (arrival of the ~/flow
-message that closed a window -> its outputs published, /diagnostics); end-to-end p50 / p99
+dropped windows during the measured run (the estimator thread fell behind); window
+compute p50 / p99 [ms] (the estimator, from the node's /diagnostics); node latency p50 /
+p99 [ms] (arrival of the ~/flow message that closed a window -> its outputs published,
+/diagnostics); end-to-end p50 / p99
 [ms] (end of a window in sensor = wall time -> its ~/twist received here: includes waiting
 for the next ~/flow message, which closes the window); node CPU (% of one core, from
 /proc over the measured span, after 1.5 s of warm-up), the estimator thread's share of it

@@ -424,11 +424,20 @@ class EgomotionStream:
         """
         Use this CameraModel from the next window on; return False when it is unchanged.
 
+        Raises ValueError naming the size when it exceeds max_sensor_width_px or
+        max_sensor_height_px (the tables' memory is bounded by those, not by a message).
+
         The estimator's per-pixel tables are built here, on the caller's thread (~20 ms for
         346 x 260 pixels, ~50 ms for 640 x 480), not by the estimator thread on its next
         window, where they held up the windows behind it until the queue dropped some. Until
         they are ready, windows keep the previous calibration.
         """
+        max_width, max_height = (self.config['max_sensor_width_px'],
+                                 self.config['max_sensor_height_px'])
+        if camera.width > max_width or camera.height > max_height:
+            raise ValueError(f'camera size {camera.width}x{camera.height} px exceeds '
+                             f'max_sensor_width_px x max_sensor_height_px ({max_width}x'
+                             f'{max_height} px)')
         current = self.camera
         if current is not None and (
                 current.width == camera.width and current.height == camera.height
