@@ -36,39 +36,13 @@ constexpr double kRotationStartReach = 0.5;
 constexpr double kDepthFreeShare = 0.1;
 constexpr double kDepthFreeLimit = 0.5;
 
-// _pair_tables: per cell the products T_i T_j (i <= j, i < 3) of T = [G; am] d as quadratic
-// forms of d: (X[a] X[b] + X[c] X[d]) scale over the cell's 12 values X = [G (row-major); am].
-struct PairTables
-{
-  int a[54], b[54], c[54], d[54];
-  double scale[54];
-
-  PairTables()
-  {
-    const int first[6] = {0, 1, 2, 0, 0, 1}, second[6] = {0, 1, 2, 1, 2, 2};
-    const int pair_i[9] = {0, 1, 2, 0, 0, 1, 0, 1, 2}, pair_j[9] = {0, 1, 2, 1, 2, 2, 3, 3, 3};
-    for (int p = 0; p < 9; ++p) {
-      for (int q = 0; q < 6; ++q) {
-        const int k = 6 * p + q, i = pair_i[p], j = pair_j[p], x = first[q], y = second[q];
-        a[k] = 3 * i + x;
-        b[k] = 3 * j + y;
-        c[k] = 3 * i + y;
-        d[k] = 3 * j + x;
-        scale[k] = x == y ? 0.5 : 1.0;
-      }
-    }
-  }
-};
-
-const PairTables kPairs;
-
-// _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3), g a^T (9, row-major)
-// and the pair table (54) of _cost_free; g g^T (9), g m (3), m^2 over all flows, and H's
-// constant part h0 (6 distinct entries of g g^T, regularised).
+// _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3) and g a^T (9,
+// row-major); g g^T (9), g m (3), m^2 over all flows, and H's constant part h0 (6 distinct
+// entries of g g^T, regularised). (The reference's pair tables: see FreeCost.)
 struct FreeStats
 {
   int64_t cells = 0;
-  std::vector<double> aa, am, ga, pairs;
+  std::vector<double> aa, am, ga;
   double h0[6], gg[9], gm[3], total;
 };
 
@@ -91,52 +65,66 @@ void solve_sym3(const T h[6], const T rhs[3], T x[3])
 }
 
 // _cost_free and _omega_free in T (float: the coarse grid's costs, as the reference's
-// float32 copy of the cell sums). Non-mirror calls keep each direction's omega (companion).
+// float32 copy of the cell sums). Where the reference sums the cells' pair tables (one BLAS
+// product), this computes each cell's T = [G; am] d (4 values) and the products T_i T_j /
+// S_bb directly: the same sums, a third of the arithmetic. Non-mirror calls keep each
+// direction's omega (companion).
 template<class T>
 class FreeCost
 {
 public:
   explicit FreeCost(const FreeStats & stats)
-  : cells_(stats.cells), aa_(stats.aa.begin(), stats.aa.end()),
-    am_(stats.am.begin(), stats.am.end()), ga_(stats.ga.begin(), stats.ga.end()),
-    pairs_(stats.pairs.begin(), stats.pairs.end()), total_(static_cast<T>(stats.total)),
-    inv_(cells_), omega_(3 * kPatternSize)
+  : cells_(stats.cells), aa_(stats.aa.begin(), stats.aa.end()), x_(12 * cells_),
+    total_(static_cast<T>(stats.total)), inv_(cells_), t_(4 * cells_),
+    omega_(3 * kPatternSize)
   {
+    for (int64_t c = 0; c < cells_; ++c) {
+      std::copy(stats.ga.begin() + 9 * c, stats.ga.begin() + 9 * c + 9, x_.begin() + 12 * c);
+      std::copy(stats.am.begin() + 3 * c, stats.am.begin() + 3 * c + 3, x_.begin() + 12 * c + 9);
+    }
     std::copy(stats.h0, stats.h0 + 6, h0_);
     std::copy(stats.gg, stats.gg + 9, gg_);
     std::copy(stats.gm, stats.gm + 3, gm_);
   }
 
-  // Omega of direction d; the cells' 1 / S_bb in inv_. prior_weight > 0: plus prior_weight
-  // |omega - prior|^2 in the residual.
+  // Omega of direction d; the cells' 1 / S_bb and T in inv_, t_. prior_weight > 0: plus
+  // prior_weight |omega - prior|^2 in the residual.
   void omega(
     const std::array<T, 3> & d, T out[3], const double * prior = nullptr,
     double prior_weight = 0.0) const
   {
     const auto sq = squares(d);
-    T moments[54] = {};
+    // sum_c T_i T_j / S_bb for the pairs (0 0, 1 1, 2 2, 0 1, 0 2, 1 2) and (i 3)
+    T moments[9] = {};
     for (int64_t c = 0; c < cells_; ++c) {
       const T * s = aa_.data() + 6 * c;
       const T s_bb = s[0] * sq[0] + s[1] * sq[1] + s[2] * sq[2] + s[3] * sq[3] +
         s[4] * sq[4] + s[5] * sq[5];
       const T inv = T(1) / std::max(s_bb, std::numeric_limits<T>::min());
       inv_[c] = inv;
-      const T * pair = pairs_.data() + 54 * c;
-      for (int k = 0; k < 54; ++k) {
-        moments[k] += inv * pair[k];
+      const T * x = x_.data() + 12 * c;
+      T * t = t_.data() + 4 * c;
+      for (int i = 0; i < 4; ++i) {
+        t[i] = x[3 * i] * d[0] + x[3 * i + 1] * d[1] + x[3 * i + 2] * d[2];
       }
+      const T t0 = t[0] * inv, t1 = t[1] * inv, t2 = t[2] * inv;
+      moments[0] += t0 * t[0];
+      moments[1] += t1 * t[1];
+      moments[2] += t2 * t[2];
+      moments[3] += t0 * t[1];
+      moments[4] += t0 * t[2];
+      moments[5] += t1 * t[2];
+      moments[6] += t0 * t[3];
+      moments[7] += t1 * t[3];
+      moments[8] += t2 * t[3];
     }
-    // sum_c T_c T_c^T / S_bb: H = gg - its first 6 values, rhs = gm - the last 3
+    // H = gg - the first 6, rhs = gm - the last 3
     T h[6], rhs[3];
-    for (int p = 0; p < 9; ++p) {
-      const T * row = moments + 6 * p;
-      const T value = row[0] * sq[0] + row[1] * sq[1] + row[2] * sq[2] + row[3] * sq[3] +
-        row[4] * sq[4] + row[5] * sq[5];
-      if (p < 6) {
-        h[p] = h0_[p] - value;
-      } else {
-        rhs[p - 6] = gm_[p - 6] - value;
-      }
+    for (int p = 0; p < 6; ++p) {
+      h[p] = h0_[p] - moments[p];
+    }
+    for (int i = 0; i < 3; ++i) {
+      rhs[i] = gm_[i] - moments[6 + i];
     }
     if (prior) {
       const T weight = static_cast<T>(prior_weight);
@@ -161,21 +149,11 @@ public:
         }
       }
       // Cheirality: with this omega, a cell whose depth would be negative is not fitted.
-      T od[9];
-      for (int i = 0; i < 3; ++i) {
-        for (int j = 0; j < 3; ++j) {
-          od[3 * i + j] = w[i] * d[j];
-        }
-      }
+      // S_br = am . d - omega . (G d) = T_3 - omega . T_0..2
       T positive = 0, all = 0;
       for (int64_t c = 0; c < cells_; ++c) {
-        const T * a = am_.data() + 3 * c;
-        const T * g = ga_.data() + 9 * c;
-        T rotated = 0;
-        for (int j = 0; j < 9; ++j) {
-          rotated += od[j] * g[j];
-        }
-        const T s_br = (d[0] * a[0] + d[1] * a[1] + d[2] * a[2]) - rotated;
+        const T * t = t_.data() + 4 * c;
+        const T s_br = t[3] - (w[0] * t[0] + w[1] * t[1] + w[2] * t[2]);
         if (mirror) {
           const T square = s_br * s_br * inv_[c];
           all += square;
@@ -202,9 +180,9 @@ public:
 
 private:
   int64_t cells_;
-  std::vector<T> aa_, am_, ga_, pairs_;
+  std::vector<T> aa_, x_;
   T h0_[6], gg_[9], gm_[3], total_;
-  mutable std::vector<T> inv_;
+  mutable std::vector<T> inv_, t_;
   mutable std::vector<double> omega_;
 };
 
@@ -320,7 +298,6 @@ private:
     stats.aa.assign(6 * cells, 0.0);
     stats.am.assign(3 * cells, 0.0);
     stats.ga.assign(9 * cells, 0.0);
-    stats.pairs.resize(54 * cells);
     const double * a = w_.a_rows;
     const double * g = w_.g_rows;
     const double * m = w_.m;
@@ -347,15 +324,6 @@ private:
       std::copy(sum, sum + 6, stats.aa.begin() + 6 * c);
       std::copy(sum + 6, sum + 9, stats.am.begin() + 3 * c);
       std::copy(sum + 9, sum + 18, stats.ga.begin() + 9 * c);
-      // [G; am] (12 values): G row-major, then am
-      double x[12];
-      std::copy(sum + 9, sum + 18, x);
-      std::copy(sum + 6, sum + 9, x + 9);
-      double * pair = stats.pairs.data() + 54 * c;
-      for (int k = 0; k < 54; ++k) {
-        pair[k] = (x[kPairs.a[k]] * x[kPairs.b[k]] + x[kPairs.c[k]] * x[kPairs.d[k]]) *
-          kPairs.scale[k];
-      }
     }
     double gg[9] = {0.0}, gm[3] = {0.0}, total = 0.0;
     for (int64_t i = 0; i < n_; ++i) {
