@@ -31,10 +31,10 @@ veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomoti
 /tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
 "(reference)"), so that both see the same load; `--reference numpy`: this version's numpy
 code (EgomotionEstimator(compiled=False): input stage, solve with and without a gyroscope
-and time to contact; the reference of the compiled extension). Then a last column gives the reference's
-CPU time over this version's. --pause-ms: sleep before each timed call, as the node idles
-between windows (caches and branch predictors go cold: a call then costs
-more than back to back).
+and time to contact; the reference of the compiled extension). Then a last column gives the
+reference's CPU time over this version's. --pause-ms: sleep before each timed call, as the
+node idles between windows (caches and branch predictors go cold: a call then costs more
+than back to back).
 """
 
 import argparse

@@ -525,7 +525,7 @@ def test_compiled_free_solve_runs_on_valid_arguments():
 
 @pytest.mark.parametrize('index, value, message', [
     (2, np.array([np.nan] + [0.0] * 49), 'solve_free: m must be finite, got nan at flat index'),
-    (0, np.zeros((3, 50), np.float32), "solve_free: a_rows must be float64, got buffer "
+    (0, np.zeros((3, 50), np.float32), 'solve_free: a_rows must be float64, got buffer '
      "format 'f'"),
     (3, np.ones(49), 'solve_free: weight must have shape (50,), got (49,)'),
     (4, np.array([0, 20, 10], np.int64), 'solve_free: starts must begin at 0 and increase '
