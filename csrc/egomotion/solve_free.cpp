@@ -293,39 +293,39 @@ private:
   void cell_stats(FreeStats & stats)
   {
     fit_weights();
+    // a a^T, a m and m^2: the known-omega sums with r = m
+    CellStats known;
+    known_cell_stats(flows_, w_.m, fit_weight_.data(), known);
     const int64_t cells = w_.num_cells;
     stats.cells = cells;
-    stats.aa.assign(6 * cells, 0.0);
-    stats.am.assign(3 * cells, 0.0);
+    stats.aa = std::move(known.aa);
+    stats.am = std::move(known.ar);
+    stats.total = known.total;
     stats.ga.assign(9 * cells, 0.0);
     const double * a = w_.a_rows;
     const double * g = w_.g_rows;
-    const double * m = w_.m;
     for (int64_t c = 0; c < cells; ++c) {
-      double sum[18] = {0.0};
+      double * sum = stats.ga.data() + 9 * c;
       for (int64_t i = w_.starts[c]; i < flows_.end(c); ++i) {
-        const double weight = fit_weight_[i], x = a[i], y = a[n_ + i], z = a[2 * n_ + i];
-        sum[0] += x * x * weight;
-        sum[1] += y * y * weight;
-        sum[2] += z * z * weight;
-        sum[3] += 2.0 * x * y * weight;
-        sum[4] += 2.0 * x * z * weight;
-        sum[5] += 2.0 * y * z * weight;
-        sum[6] += x * m[i] * weight;
-        sum[7] += y * m[i] * weight;
-        sum[8] += z * m[i] * weight;
+        const double weight = fit_weight_[i];
         for (int k = 0; k < 3; ++k) {
           const double gk = g[k * n_ + i];
-          sum[9 + 3 * k] += gk * x * weight;
-          sum[10 + 3 * k] += gk * y * weight;
-          sum[11 + 3 * k] += gk * z * weight;
+          sum[3 * k] += gk * a[i] * weight;
+          sum[3 * k + 1] += gk * a[n_ + i] * weight;
+          sum[3 * k + 2] += gk * a[2 * n_ + i] * weight;
         }
       }
-      std::copy(sum, sum + 6, stats.aa.begin() + 6 * c);
-      std::copy(sum + 6, sum + 9, stats.am.begin() + 3 * c);
-      std::copy(sum + 9, sum + 18, stats.ga.begin() + 9 * c);
     }
-    double gg[9] = {0.0}, gm[3] = {0.0}, total = 0.0;
+    rotation_sums(stats.gg, stats.gm, stats.h0);
+  }
+
+  // Over all flows with the fit's weights: g g^T (9), g m (3) and the regularised g g^T
+  // (6 distinct entries), the normal equations of the rotation-only fit.
+  void rotation_sums(double gg[9], double gm[3], double h[6]) const
+  {
+    std::fill(gg, gg + 9, 0.0);
+    std::fill(gm, gm + 3, 0.0);
+    const double * g = w_.g_rows;
     for (int64_t i = 0; i < n_; ++i) {
       const double weight = fit_weight_[i];
       const double wg[3] = {g[i] * weight, g[n_ + i] * weight, g[2 * n_ + i] * weight};
@@ -333,17 +333,13 @@ private:
         for (int q = 0; q < 3; ++q) {
           gg[3 * p + q] += wg[p] * g[q * n_ + i];
         }
-        gm[p] += wg[p] * m[i];
+        gm[p] += wg[p] * w_.m[i];
       }
-      total += weight * (m[i] * m[i]);
     }
-    std::copy(gg, gg + 9, stats.gg);
-    std::copy(gm, gm + 3, stats.gm);
-    stats.total = total;
     const double regular = 1e-12 * (gg[0] + gg[4] + gg[8]);
-    const double h0[6] = {gg[0] + regular, gg[4] + regular, gg[8] + regular, gg[1], gg[2],
+    const double sym[6] = {gg[0] + regular, gg[4] + regular, gg[8] + regular, gg[1], gg[2],
       gg[5]};
-    std::copy(h0, h0 + 6, stats.h0);
+    std::copy(sym, sym + 6, h);
   }
 
   // _fit_free: the joint least squares of omega and direction with Huber rounds. start: a
@@ -472,21 +468,8 @@ private:
   {
     reweight(w_.m);
     fit_weights();
-    const double * g = w_.g_rows;
-    double gg[9] = {0.0}, gm[3] = {0.0};
-    for (int64_t i = 0; i < n_; ++i) {
-      const double wg[3] = {g[i] * fit_weight_[i], g[n_ + i] * fit_weight_[i],
-        g[2 * n_ + i] * fit_weight_[i]};
-      for (int p = 0; p < 3; ++p) {
-        for (int q = 0; q < 3; ++q) {
-          gg[3 * p + q] += wg[p] * g[q * n_ + i];
-        }
-        gm[p] += wg[p] * w_.m[i];
-      }
-    }
-    const double regular = 1e-12 * (gg[0] + gg[4] + gg[8]);
-    const double h[6] = {gg[0] + regular, gg[4] + regular, gg[8] + regular, gg[1], gg[2],
-      gg[5]};
+    double gg[9], gm[3], h[6];
+    rotation_sums(gg, gm, h);
     Vec3 omega{};
     solve_sym3(h, gm, omega.data());
     std::fill(robust_.begin(), robust_.end(), 1.0);
