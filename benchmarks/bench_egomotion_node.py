@@ -29,10 +29,13 @@ rotation start; max_flows is the node's parameter (flows per window
 given to the estimator). Both processes get the driver's Fast DDS profile (16 MiB
 shared-memory segment: a ~/flow message at 1 M flows/s is ~480 KB).
 
+Each run first publishes until the node has published /diagnostics twice (it has started
+and spins: the messages it received before come in one burst), then measures.
 Columns: flows/s offered; twists/s received here (1 / window_s when the node keeps up);
-dropped windows (the estimator thread fell behind); window compute p50 / p99 [ms] (the
-estimator, from the node's /diagnostics); node latency p50 / p99 [ms] (arrival of the ~/flow
-message that closed a window -> its outputs published, /diagnostics); end-to-end p50 / p99
+dropped windows during the measured run (the estimator thread fell behind); window
+compute p50 / p99 [ms] (the estimator, from the node's /diagnostics); node latency p50 /
+p99 [ms] (arrival of the ~/flow message that closed a window -> its outputs published,
+/diagnostics); end-to-end p50 / p99
 [ms] (end of a window in sensor = wall time -> its ~/twist received here: includes waiting
 for the next ~/flow message, which closes the window); node CPU (% of one core, from
 /proc over the measured span, after 1.5 s of warm-up), the estimator thread's share of it
@@ -147,8 +150,14 @@ class Probe:
         self.node.destroy_node()
 
 
-def publish_stream(probe, camera, rate_flows_s, message_s, wall_s, use_imu, biased=False):
-    """Publish ~/flow (and ~/imu) paced in real time for wall_s; return flows published."""
+def publish_stream(probe, camera, rate_flows_s, message_s, wall_s, use_imu,
+                   until=lambda: False, biased=False):
+    """
+    Publish ~/flow (and ~/imu) paced in real time for wall_s; return flows published.
+
+    until: stop earlier once this returns True (checked before each message). biased: the
+    magnitudes of rigid_scene_messages(biased=True).
+    """
     from sensor_msgs.msg import Imu
     from veckm_flow_ros.eventio.flow_cloud import make_flow_points
     from veckm_flow_ros.ros.cdr import pointcloud2_cdr
@@ -159,7 +168,7 @@ def publish_stream(probe, camera, rate_flows_s, message_s, wall_s, use_imu, bias
     t_rel = np.linspace(-message_s, 0.0, max(per_message, 1))
     start_s = time.monotonic()
     next_s, next_imu_s, flows, index = start_s + message_s, start_s, 0, 0
-    while time.monotonic() - start_s < wall_s:
+    while time.monotonic() - start_s < wall_s and not until():
         now_s = time.monotonic()
         if use_imu and now_s >= next_imu_s:
             imu = Imu()
@@ -210,6 +219,24 @@ def wait_for_node(probe, node, timeout_s=30.0):
         time.sleep(0.05)
 
 
+def warm_up(args, probe, camera, rate, config, timeout_s=60.0):
+    """
+    Publish as measured until the node has published /diagnostics twice (it spins).
+
+    The node subscribes before it spins: the messages of its first second or two reach it
+    in one burst (seen: 1.9 s late, ten messages within 2 ms), which closes several windows
+    at once and overflows its queue. That is start-up, not the steady state measured here.
+    Return the node's dropped windows (total) so far.
+    """
+    published = publish_stream(probe, camera, rate, args.message_ms * 1e-3, timeout_s,
+                               config['use_imu'], until=lambda: len(probe.diagnostics) >= 2,
+                               biased=config.get('biased', False))
+    if len(probe.diagnostics) < 2:
+        raise RuntimeError(f'the node published no /diagnostics within {timeout_s:g} s '
+                           f'({published} flows sent)')
+    return int(probe.diagnostics[-1][1].get('dropped windows (total)', 0))
+
+
 def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
     env = dict(os.environ)
     for name in FASTDDS_PROFILE_VARIABLES:
@@ -226,6 +253,8 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
         from veckm_flow_ros.core.camera import CameraModel
         camera = CameraModel.from_yaml(camera_yaml)
         probe.reset()
+        dropped_before = warm_up(args, probe, camera, rate, config)
+        probe.reset()
         measured = {}
 
         def mark():
@@ -233,7 +262,8 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
         timer = threading.Timer(WARM_UP_S, mark)
         timer.start()
         flows = publish_stream(probe, camera, rate, args.message_ms * 1e-3,
-                               args.wall_s, config['use_imu'], config.get('biased', False))
+                               args.wall_s, config['use_imu'],
+                               biased=config.get('biased', False))
         timer.join()
         cpu_s, end_s = _proc_cpu_s(node.pid), time.monotonic()
         cpu_percent = 100.0 * (cpu_s - measured['cpu_s']) / (end_s - measured['wall_s'])
@@ -252,7 +282,7 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
         return {
             'rate': rate, 'config': config_name, 'offered': flows / args.wall_s,
             'twists_per_s': len(twists) / args.wall_s,
-            'dropped': int(totals.get('dropped windows (total)', -1)),
+            'dropped': int(totals.get('dropped windows (total)', -1)) - dropped_before,
             'compute_p50': _median(steady, 'window compute p50 [ms]'),
             'compute_p99': _max(steady, 'window compute p99 [ms]'),
             'latency_p50': _median(steady, 'window latency p50 [ms]'),

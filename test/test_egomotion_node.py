@@ -49,6 +49,7 @@ from std_msgs.msg import Float32  # noqa: E402
 
 from conftest import ROS_DOMAIN_ID  # noqa: E402, I100
 from test_egomotion_stream import angle_deg, CAMERA, rigid_scene_flows  # noqa: E402
+from veckm_flow_ros.core.camera import CameraModel  # noqa: E402
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points  # noqa: E402
 from veckm_flow_ros.ros import egomotion_node  # noqa: E402
 from veckm_flow_ros.ros.cdr import pointcloud2_cdr  # noqa: E402
@@ -388,6 +389,38 @@ def test_bad_camera_info_is_counted_and_the_last_good_one_kept(harness_factory, 
     status, values = harness.diagnostic_values()
     assert values['bad camera infos (total)'] == '3'
     assert values['calibration'].startswith('CameraModel(346x260 px')
+
+
+def test_camera_info_larger_than_the_bound_is_ignored(harness_factory, capfd):
+    # A lying CameraInfo must not size the per-pixel tables (32 bytes per pixel: 60000 x
+    # 60000 px would be 115 GB): it is named, counted and ignored, the calibration kept.
+    harness = harness_factory(max_sensor_width_px=1280, max_sensor_height_px=720)
+    velocity, omega = FORWARD
+    harness.publish_camera_info(camera_info())
+    huge = camera_info()
+    huge.width, huge.height = 60000, 60000
+    harness.publish_camera_info(huge)
+    wide = camera_info()
+    wide.width = 1281
+    harness.publish_camera_info(wide)
+    harness.publish_flows(velocity, omega, 0.1)
+    assert harness.wait_idle()
+    totals = harness.node.stream.counters.totals
+    assert totals['bad_camera_infos'] == 2 and totals['camera_changes'] == 1
+    assert len(harness.twists) == 3 and harness.node.stream.camera.width == 346
+    err = capfd.readouterr().err
+    assert ('~/camera_info ignored: camera size 60000x60000 px exceeds max_sensor_width_px x '
+            'max_sensor_height_px (1280x720 px); keeping the previous calibration') in err
+
+
+def test_camera_yaml_larger_than_the_bound_stops_the_start(ros_context, tmp_path):
+    path = tmp_path / 'camera.yaml'
+    CameraModel.pinhole(4096, 3000, 2000.0).to_yaml(path)
+    with pytest.raises(ValueError, match=r'camera.yaml: camera size 4096x3000 px exceeds '
+                                         r'max_sensor_width_px x max_sensor_height_px '
+                                         r'\(2048x2048 px\)'):
+        egomotion_node.EgomotionNode(context=ros_context, parameter_overrides=[
+            Parameter('camera_yaml', value=str(path))])
 
 
 def test_equidistant_camera_info(harness_factory):

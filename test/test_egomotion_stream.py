@@ -313,6 +313,31 @@ def test_stream_thread_drops_the_oldest_window_when_behind():
     assert any('falls behind' in message for _, message in recorder.logs)
 
 
+def test_set_camera_builds_the_estimator_so_windows_do_not_wait_for_it(monkeypatch):
+    # Building the per-pixel tables on the estimator thread's first window held up the windows
+    # behind it (the queue dropped them at every start): set_camera builds them, once per
+    # calibration.
+    from veckm_flow_ros.stream import egomotion_stream
+    built = []
+    real = egomotion_stream.EgomotionEstimator
+
+    def counting(camera, config):
+        built.append(camera.width)
+        return real(camera, config)
+    monkeypatch.setattr(egomotion_stream, 'EgomotionEstimator', counting)
+    recorder = Recorder()
+    stream = EgomotionStream(default_egomotion_config(), recorder.publish, recorder.log)
+    assert stream.set_camera(CAMERA) and built == [346]
+    assert not stream.set_camera(CameraModel.pinhole(346, 260, 250.0)) and built == [346]
+    for stamp_ns, columns in _window_messages(CAMERA, (0.3, -0.1, 1.0), (0, 0, 0), windows=2):
+        stream.add_flow(stamp_ns, columns)
+    while stream._queue:
+        stream.compute(stream._queue.popleft())
+    assert built == [346] and len(recorder.estimates) == 2
+    wider = CameraModel.pinhole(640, 480, 400.0)
+    assert stream.set_camera(wider) and built == [346, 640] and stream.camera is wider
+
+
 def test_sparse_window_publishes_nothing():
     recorder = Recorder()
     stream = EgomotionStream(default_egomotion_config(min_flows=200), recorder.publish,
@@ -381,11 +406,11 @@ def test_time_reset_makes_the_estimator_forget_the_previous_window():
         stream.add_flow(stamp_ns, columns)
     generations = [window.generation for window in stream._queue]
     assert generations == [0, 0, 1, 1]
-    stream.compute(stream._queue.popleft())  # builds the estimator
+    stream.compute(stream._queue.popleft())
     resets = []
-    original_reset = stream._estimator.reset
-    stream._estimator.reset = lambda: (resets.append(len(recorder.estimates)),
-                                       original_reset())
+    estimator = stream._calibrated[1]
+    original_reset = estimator.reset
+    estimator.reset = lambda: (resets.append(len(recorder.estimates)), original_reset())
     while stream._queue:
         stream.compute(stream._queue.popleft())
     assert resets == [2] and len(recorder.estimates) == 4  # before the first after the loop

@@ -146,7 +146,10 @@ class EgomotionNode(Node):
                                       alive=self.context.ok)
         if self.config['camera_yaml']:
             camera = CameraModel.from_yaml(self.config['camera_yaml'])
-            self.stream.set_camera(camera)
+            try:
+                self.stream.set_camera(camera)
+            except ValueError as error:
+                raise ValueError(f'{self.config["camera_yaml"]}: {error}') from None
         self._cpu_start_s = time.process_time()
 
         self.twist_pub = self.create_publisher(TwistStamped, '~/twist', OUTPUT_QOS)
@@ -219,13 +222,14 @@ class EgomotionNode(Node):
         try:
             camera = CameraModel.from_camera_info(msg.width, msg.height, msg.k, msg.d,
                                                   msg.distortion_model)
+            changed = self.stream.set_camera(camera)
         except ValueError as error:
             self.stream.counters.add(bad_camera_infos=1)
             keeping = ('keeping the previous calibration' if self.stream.camera is not None
                        else 'no calibration yet, windows are skipped')
             self._throttled('error', f'~/camera_info ignored: {error}; {keeping}')
             return
-        if self.stream.set_camera(camera):
+        if changed:
             self.get_logger().info(f'calibration from ~/camera_info: {camera!r}')
 
     # -- IMU receive thread ------------------------------------------------------------------

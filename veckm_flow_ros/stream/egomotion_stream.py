@@ -51,6 +51,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from veckm_flow_ros.core.egomotion import EgomotionEstimator, GyroBuffer
 from veckm_flow_ros.stream.counters import percentile, PeriodCounters, Throttle
 from veckm_flow_ros.stream.egomotion_parameters import (EGOMOTION_PARAMETERS,
                                                         rotation_from_quaternion)
@@ -383,7 +384,6 @@ class EgomotionStream:
 
     def __init__(self, config: dict, publish: Callable, log: Callable = lambda *args: None,
                  alive: Callable[[], bool] = lambda: True):
-        from veckm_flow_ros.core.egomotion import GyroBuffer
         check_egomotion_config(config)
         self.config = config
         self._publish = publish
@@ -403,9 +403,9 @@ class EgomotionStream:
         self.imu_samples = 0
         # 'gyro', 'flow' or None (no window yet): where the last window's omega came from.
         self.omega_source = None
-        self._camera = None
-        self._estimator = None
-        self._estimator_camera = None
+        # (camera, its EgomotionEstimator) or None: one reference, swapped whole, so that the
+        # estimator thread never pairs a camera with another camera's estimator.
+        self._calibrated = None
         self._estimator_generation = 0
         self._queue = collections.deque()
         self._wake = threading.Condition()
@@ -417,17 +417,34 @@ class EgomotionStream:
 
     @property
     def camera(self):
-        return self._camera
+        calibrated = self._calibrated
+        return None if calibrated is None else calibrated[0]
 
     def set_camera(self, camera) -> bool:
-        """Use this CameraModel from the next window on; return False when it is unchanged."""
-        current = self._camera
+        """
+        Use this CameraModel from the next window on; return False when it is unchanged.
+
+        Raises ValueError naming the size when it exceeds max_sensor_width_px or
+        max_sensor_height_px (the tables' memory is bounded by those, not by a message).
+
+        The estimator's per-pixel tables are built here, on the caller's thread (~20 ms for
+        346 x 260 pixels, ~50 ms for 640 x 480), not by the estimator thread on its next
+        window, where they held up the windows behind it until the queue dropped some. Until
+        they are ready, windows keep the previous calibration.
+        """
+        max_width, max_height = (self.config['max_sensor_width_px'],
+                                 self.config['max_sensor_height_px'])
+        if camera.width > max_width or camera.height > max_height:
+            raise ValueError(f'camera size {camera.width}x{camera.height} px exceeds '
+                             f'max_sensor_width_px x max_sensor_height_px ({max_width}x'
+                             f'{max_height} px)')
+        current = self.camera
         if current is not None and (
                 current.width == camera.width and current.height == camera.height
                 and current.distortion_model == camera.distortion_model
                 and np.array_equal(current.K, camera.K) and np.array_equal(current.D, camera.D)):
             return False
-        self._camera = camera
+        self._calibrated = (camera, EgomotionEstimator(camera, self._estimator_config))
         self.counters.add(camera_changes=1)
         return True
 
@@ -527,8 +544,8 @@ class EgomotionStream:
     def compute(self, window: FlowWindow):
         """Estimate one window and publish it (the estimator thread; tests call it directly)."""
         self.counters.add(windows=1)
-        camera = self._camera
-        if camera is None:
+        calibrated = self._calibrated
+        if calibrated is None:
             self.counters.add(windows_without_camera=1)
             self._throttled('warning', 'no camera calibration yet: waiting for a valid '
                             '~/camera_info (or set camera_yaml); windows are skipped')
@@ -537,12 +554,9 @@ class EgomotionStream:
             self.counters.add(sparse_windows=1)
             return
         cpu_start_s, start_s = time.thread_time(), time.perf_counter()
-        if self._estimator is None or self._estimator_camera is not camera:
-            from veckm_flow_ros.core.egomotion import EgomotionEstimator
-            self._estimator = EgomotionEstimator(camera, self._estimator_config)
-            self._estimator_camera = camera
-        elif window.generation != self._estimator_generation:
-            self._estimator.reset()  # time jumped back: the last direction says nothing
+        estimator = calibrated[1]
+        if window.generation != self._estimator_generation:
+            estimator.reset()  # time jumped back: the last direction says nothing
         self._estimator_generation = window.generation
         omega_rad_s = self._gyro_mean(window) if self.config['use_imu'] else None
         source = 'gyro' if omega_rad_s is not None else 'flow'
@@ -558,9 +572,9 @@ class EgomotionStream:
                 self._throttled('info', 'angular velocity from the gyroscope of ~/imu',
                                 period_s=60.0)
             self.omega_source = source
-        estimate = self._estimator.estimate(window.x, window.y, window.u, window.v,
-                                            weight=window.weight, omega_rad_s=omega_rad_s,
-                                            t_s=(window.t0_s + window.t1_s) / 2)
+        estimate = estimator.estimate(window.x, window.y, window.u, window.v,
+                                      weight=window.weight, omega_rad_s=omega_rad_s,
+                                      t_s=(window.t0_s + window.t1_s) / 2)
         compute_ms = (time.perf_counter() - start_s) * 1e3
         self.counters.add(window_flows_received=window.received_flows,
                           window_flows_used=int(estimate.num_flows))
