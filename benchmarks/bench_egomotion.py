@@ -30,11 +30,11 @@ normalized undistorted coordinates and the normal-flow transform) at the same ra
 veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomotion.py >
 /tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
 "(reference)"), so that both see the same load; `--reference numpy`: this version's numpy
-code (EgomotionEstimator(compiled=False): input stage, solve with a gyroscope and time to
-contact; the reference of the compiled extension). Then a last column gives the reference's
-CPU time over this version's. --pause-ms: sleep before each timed call, as the node idles
-between windows (caches and branch predictors go cold: a call then costs
-more than back to back).
+code (EgomotionEstimator(compiled=False): input stage, solve with and without a gyroscope
+and time to contact; the reference of the compiled extension). Then a last column gives the
+reference's CPU time over this version's. --pause-ms: sleep before each timed call, as the
+node idles between windows (caches and branch predictors go cold: a call then costs more
+than back to back).
 """
 
 import argparse
@@ -103,8 +103,8 @@ def main():
     parser.add_argument('--window-ms', type=float, default=30.0)
     parser.add_argument('--repeats', type=int, default=20)
     parser.add_argument('--reference', default=None,
-                        help='another egomotion.py, or "numpy" (the numpy solve with a '
-                        'gyroscope), timed interleaved (rows "(reference)")')
+                        help='another egomotion.py, or "numpy" (this version\'s numpy code, the '
+                        'extension\'s reference), timed interleaved (rows "(reference)")')
     parser.add_argument('--pause-ms', type=float, default=0.0,
                         help='sleep before each timed call [ms], as the node idles between '
                         'windows (e.g. 27 for 30 ms windows); 0: back to back')

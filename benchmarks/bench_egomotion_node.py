@@ -23,7 +23,9 @@ main(), a 346x260 calibration from camera_yaml) and publishes here, paced in rea
 model) holding rate x message flows each: exact normal flows of a rigid scene (random
 points 2-6 m away, the camera moving forward and turning), serialized as veckm_flow_node
 serializes them, stamped with the wall clock (sensor time = wall time). Configurations
-`gyro` also publish ~/imu at 200 Hz; max_flows is the node's parameter (flows per window
+`gyro` also publish ~/imu at 200 Hz; `biased` (not run by default) gives the magnitudes
+errors of the flow model's kind, so that without a gyroscope the estimator takes its
+rotation start; max_flows is the node's parameter (flows per window
 given to the estimator). Both processes get the driver's Fast DDS profile (16 MiB
 shared-memory segment: a ~/flow message at 1 M flows/s is ~480 KB).
 
@@ -66,14 +68,24 @@ VELOCITY = np.array([0.2, -0.1, 1.0])
 OMEGA_RAD_S = np.array([0.05, -0.1, 0.2])
 WARM_UP_S = 1.5
 CONFIGS = {'flow 4000': {'use_imu': False, 'max_flows': 4000},
+           'flow 4000 biased': {'use_imu': False, 'max_flows': 4000, 'biased': True},
            'gyro 4000': {'use_imu': True, 'max_flows': 4000},
            'flow 1000': {'use_imu': False, 'max_flows': 1000},
            'gyro 1000': {'use_imu': True, 'max_flows': 1000}}
 
 
-def rigid_scene_messages(camera, flows_per_message: int, count: int, seed: int = 0):
-    """`count` sets of exact normal flows (x, y, u, v) of the rigid scene, for reuse."""
+def rigid_scene_messages(camera, flows_per_message: int, count: int, seed: int = 0,
+                         biased=False):
+    """
+    `count` sets of exact normal flows (x, y, u, v) of the rigid scene, for reuse.
+
+    biased: magnitudes with errors of the flow model's kind (as test_egomotion's
+    biased_window: slow flows 1.4x and fast 1.15x too large, +-20 % with the edge
+    orientation, log-normal 0.3 per 32 px cell and per flow), so that the estimator without
+    a gyroscope takes the rotation start as on the flow model's flows.
+    """
     rng = np.random.default_rng(seed)
+    cell_gain = np.exp(0.3 * rng.standard_normal((HEIGHT // 32 + 1, WIDTH // 32 + 1)))
     sets = []
     for _ in range(count):
         x_px = rng.uniform(0, WIDTH - 1, flows_per_message)
@@ -86,6 +98,13 @@ def rigid_scene_messages(camera, flows_per_message: int, count: int, seed: int =
         u, v = camera.velocity_to_pixels(x, y, dx, dy)
         angle = rng.uniform(0, np.pi, flows_per_message)
         magnitude = u * np.cos(angle) + v * np.sin(angle)
+        if biased:
+            speed = np.abs(magnitude)
+            magnitude = magnitude * (np.where(speed < 150, 1.4, 1.15)
+                                     * (1 + 0.2 * np.cos(2 * angle))
+                                     * cell_gain[(y_px // 32).astype(int),
+                                                 (x_px // 32).astype(int)]
+                                     * np.exp(0.3 * rng.standard_normal(flows_per_message)))
         sets.append((x_px, y_px, magnitude * np.cos(angle), magnitude * np.sin(angle)))
     return sets
 
@@ -132,18 +151,20 @@ class Probe:
 
 
 def publish_stream(probe, camera, rate_flows_s, message_s, wall_s, use_imu,
-                   until=lambda: False):
+                   until=lambda: False, biased=False):
     """
     Publish ~/flow (and ~/imu) paced in real time for wall_s; return flows published.
 
-    until: stop earlier once this returns True (checked before each message).
+    until: stop earlier once this returns True (checked before each message). biased: the
+    magnitudes of rigid_scene_messages(biased=True).
     """
     from sensor_msgs.msg import Imu
     from veckm_flow_ros.eventio.flow_cloud import make_flow_points
     from veckm_flow_ros.ros.cdr import pointcloud2_cdr
     from veckm_flow_ros.ros.messages import stamp_from_ns
     per_message = int(round(rate_flows_s * message_s))
-    sets = rigid_scene_messages(camera, max(per_message, 1), 8) if per_message else []
+    sets = rigid_scene_messages(camera, max(per_message, 1), 8, biased=biased) \
+        if per_message else []
     t_rel = np.linspace(-message_s, 0.0, max(per_message, 1))
     start_s = time.monotonic()
     next_s, next_imu_s, flows, index = start_s + message_s, start_s, 0, 0
@@ -208,7 +229,8 @@ def warm_up(args, probe, camera, rate, config, timeout_s=60.0):
     Return the node's dropped windows (total) so far.
     """
     published = publish_stream(probe, camera, rate, args.message_ms * 1e-3, timeout_s,
-                               config['use_imu'], until=lambda: len(probe.diagnostics) >= 2)
+                               config['use_imu'], until=lambda: len(probe.diagnostics) >= 2,
+                               biased=config.get('biased', False))
     if len(probe.diagnostics) < 2:
         raise RuntimeError(f'the node published no /diagnostics within {timeout_s:g} s '
                            f'({published} flows sent)')
@@ -240,7 +262,8 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
         timer = threading.Timer(WARM_UP_S, mark)
         timer.start()
         flows = publish_stream(probe, camera, rate, args.message_ms * 1e-3,
-                               args.wall_s, config['use_imu'])
+                               args.wall_s, config['use_imu'],
+                               biased=config.get('biased', False))
         timer.join()
         cpu_s, end_s = _proc_cpu_s(node.pid), time.monotonic()
         cpu_percent = 100.0 * (cpu_s - measured['cpu_s']) / (end_s - measured['wall_s'])
@@ -294,7 +317,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
     parser.add_argument('--rates', type=float, nargs='+', default=[0, 100_000, 1_000_000],
                         help='flow rates [flows/s]; 0 = the idle node (CPU baseline)')
-    parser.add_argument('--configs', nargs='+', default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument('--configs', nargs='+', choices=list(CONFIGS),
+                        default=[name for name in CONFIGS if not CONFIGS[name].get('biased')])
     parser.add_argument('--wall-s', type=float, default=6.0, help='publishing time per run [s]')
     parser.add_argument('--message-ms', type=float, default=24.0,
                         help='sensor time per ~/flow message [ms]')

@@ -24,6 +24,15 @@ start off), tiny windows, warm-started sequences. They differ by rounding only: 
 vote's float32 sums run in another order, so its start moves by ~1e-5 rad and the least
 squares end within ~0.002 deg of each other (measured on 142 windows:
 max 0.0019 deg, fit 1.4e-5, Huber weights 4.5e-4).
+
+The solve without a gyroscope likewise, on analytic windows with noise and outliers (the
+least-squares branch), windows of biased magnitudes (the rotation start), random cameras and
+settings (the rotation start forced or off, fewer rounds), tiny and degenerate windows: its
+coarse grid and sign vote are float32 as in the reference, the rest float64 (measured on 145
+random windows, sign_flows 100-1000: max 0.0023 deg, omega 6.8e-6 rad/s, fit 1.1e-5, Huber
+weights 1.3e-4; no basin flip). A sign vote over very few flows (sign_flows 10) ties within
+float32 rounding: there 7 of 104 windows ended in another basin (1.4-17 deg apart), so the
+tests use 100 or more.
 """
 
 import math
@@ -31,8 +40,8 @@ import math
 import numpy as np
 import pytest
 
-from test_egomotion import (analytic_window, angle_deg, FISHEYE, PINHOLE, PLUMB_BOB,
-                            random_motion)
+from test_egomotion import (analytic_window, angle_deg, biased_window, FISHEYE, PINHOLE,
+                            PLUMB_BOB, random_motion)
 from veckm_flow_ros import _egomotion
 from veckm_flow_ros.core.camera import CameraModel
 from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
@@ -41,6 +50,7 @@ from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
 ANGLE_DEG = 0.05
 FIT = 1e-3
 ROBUST = 1e-2
+OMEGA_RAD_S = 1e-4
 # A direction further apart than this is a different basin: an argmin tie that rounding
 # flips (none measured); at most one such window is tolerated per test.
 BASIN_DEG = 1.0
@@ -75,19 +85,25 @@ def solve_both(estimators, inputs, omega, previous, warm_windows):
     return results
 
 
-def assert_same(results, flips):
-    (d_numpy, fit_numpy, robust_numpy, warm_numpy), (d, fit, robust, warm) = results
-    assert warm == warm_numpy
+def assert_close(d, d_numpy, fit, fit_numpy, robust, robust_numpy, flips):
+    """Assert that a solve agrees with the numpy one; False (counted in flips): other basin."""
     assert abs(np.linalg.norm(d) - 1.0) < 1e-12
     angle = angle_deg(d, d_numpy)
     if angle > BASIN_DEG:
         flips.append(angle)
-        return
+        return False
     assert angle < ANGLE_DEG
     assert abs(fit - fit_numpy) < FIT
     assert robust.shape == robust_numpy.shape
     assert np.max(np.abs(robust - robust_numpy)) < ROBUST
     assert np.all((robust > 0) & (robust <= 1.0))
+    return True
+
+
+def assert_same(results, flips):
+    (d_numpy, fit_numpy, robust_numpy, warm_numpy), (d, fit, robust, warm) = results
+    assert warm == warm_numpy
+    assert_close(d, d_numpy, fit, fit_numpy, robust, robust_numpy, flips)
 
 
 def test_compiled_solve_matches_numpy_on_random_windows():
@@ -151,6 +167,117 @@ def test_compiled_solve_matches_numpy_on_degenerate_windows():
             results = solve_both(estimators, inputs, omega, previous, warm_windows)
             assert results is not None
             assert_same(results, flips)
+    assert len(flips) <= 1, flips
+
+
+def solve_free_both(estimators, inputs, previous):
+    """(direction, omega, fit, robust) of the numpy and the compiled solve, or None."""
+    results = []
+    for estimator in estimators:
+        estimator._previous = None if previous is None else previous.copy()
+        window = estimator._prepare(*inputs)
+        if window is None or len(window) < estimator.config.min_flows:
+            return None
+        direction, omega, fit = estimator._solve_free(window)
+        results.append((direction, omega, fit, window.robust.copy()))
+    return results
+
+
+def assert_same_free(results, flips):
+    (d_numpy, omega_numpy, fit_numpy, robust_numpy), (d, omega, fit, robust) = results
+    if assert_close(d, d_numpy, fit, fit_numpy, robust, robust_numpy, flips):
+        assert np.max(np.abs(omega - omega_numpy)) < OMEGA_RAD_S
+
+
+def test_compiled_free_solve_matches_numpy_on_random_windows():
+    """Without gyro: random cameras, settings, noise, outliers, biased magnitudes, starts."""
+    rng = np.random.default_rng(11)
+    flips, compared = [], 0
+    for trial in range(36):
+        camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3] if trial % 2 else random_camera(rng)
+        config = EgomotionConfig(cell_px=int(rng.choice([8, 16, 32, 64, 256])), min_flows=10,
+                                 refine_steps=int(rng.choice([0, 1, 3, 5, 5, 5])),
+                                 robust_iterations=int(rng.choice([0, 1, 2, 2, 3])),
+                                 rotation_start=bool(rng.random() < 0.85),
+                                 rotation_start_residual=float(rng.choice([0.0, 0.07, 0.07])),
+                                 rotation_prior_weight=float(rng.choice([0.0, 300.0, 300.0])),
+                                 sign_flows=int(rng.choice([100, 300, 1000])))
+        estimators = [EgomotionEstimator(camera, config, compiled=compiled)
+                      for compiled in (False, True)]
+        v, omega = random_motion(rng)
+        seed = int(rng.integers(1 << 30))
+        if trial % 3 == 0:
+            x, y, u, w = biased_window(camera, v, omega, seed)
+        else:
+            x, y, u, w, _ = analytic_window(camera, v, omega,
+                                            count=int(rng.choice([40, 300, 3000, 6000])),
+                                            noise=rng.uniform(0, 0.3),
+                                            outliers=rng.uniform(0, 0.2), seed=seed)
+        previous = None
+        if rng.random() < 0.5:
+            previous = v + rng.normal(scale=0.1, size=3)
+            previous /= np.linalg.norm(previous)
+        results = solve_free_both(estimators, (x, y, u, w, None), previous)
+        if results is not None:
+            compared += 1
+            assert_same_free(results, flips)
+    assert compared >= 25
+    assert len(flips) <= 1, flips
+
+
+def test_compiled_free_solve_takes_the_same_branch_as_numpy():
+    """Biased windows take the rotation start, accurate ones keep the least squares: both."""
+    rng = np.random.default_rng(0)
+    flips = []
+    for seed in range(6):
+        d = np.array([rng.normal(0, 0.3), rng.normal(0, 0.2), 1.0])
+        v, omega = 0.8 * d / np.linalg.norm(d), rng.normal(size=3) * 0.3
+        biased = biased_window(PINHOLE, v, omega, seed)
+        accurate = analytic_window(PINHOLE, v, omega, seed=seed)[:4]
+        for inputs, rotation_started in ((biased, True), (accurate, False)):
+            results = {}
+            for start in (True, False):
+                config = EgomotionConfig(rotation_start=start)
+                estimators = [EgomotionEstimator(PINHOLE, config, compiled=compiled)
+                              for compiled in (False, True)]
+                results[start] = solve_free_both(estimators, inputs + (None,), None)
+                assert_same_free(results[start], flips)
+            # the compiled solve with the rotation start differs from the plain least
+            # squares exactly where it took the rotation start
+            with_start, plain = results[True][1], results[False][1]
+            assert (angle_deg(with_start[0], plain[0]) > 0) == rotation_started
+    assert not flips, flips
+
+
+def test_compiled_free_solve_matches_numpy_on_degenerate_windows():
+    """Without gyro: tiny windows, one cell, zero and tiny weights, a pure rotation."""
+    rng = np.random.default_rng(5)
+    flips = []
+    v, omega = np.array([0.1, 0.2, 1.0]) / math.sqrt(1.05), np.array([0.2, -0.1, 0.3])
+    x, y, u, w, _ = analytic_window(PLUMB_BOB, v, omega, count=4000, seed=1)
+    cells = (x // 32) * 100 + y // 32
+    pick = np.concatenate([np.flatnonzero(cells == cell)[:3] for cell in np.unique(cells)[:4]])
+    cases = [(x[pick], y[pick], u[pick], w[pick], None)]
+    inside = (x < 30) & (y < 30)
+    cases.append((x[inside], y[inside], u[inside], w[inside], None))
+    cases.append((x, y, u, w, rng.choice([0.0, 1e-9, 1.0, 50.0], size=len(x))))
+    for start in (True, False):
+        estimators = [EgomotionEstimator(PLUMB_BOB, EgomotionConfig(
+            min_flows=10, min_cell_flows=3, rotation_start=start), compiled=compiled)
+            for compiled in (False, True)]
+        for inputs in cases:
+            for previous in (None, v):
+                results = solve_free_both(estimators, inputs, previous)
+                assert results is not None
+                assert_same_free(results, flips)
+        # A pure rotation of exact flows: the same omega; the direction is undetermined (all
+        # residuals ~1e-16, the direction search's costs are rounding noise).
+        x2, y2, u2, w2, _ = analytic_window(PLUMB_BOB, np.zeros(3), omega, count=500,
+                                            noise=0.0, outliers=0.0, seed=2)
+        (_, omega_numpy, _, _), (_, omega_compiled, _, _) = solve_free_both(
+            estimators, (x2, y2, u2, w2, None), None)
+        assert np.max(np.abs(omega_compiled - omega_numpy)) < OMEGA_RAD_S
+        np.testing.assert_allclose(omega_compiled, omega, atol=1e-6)
     assert len(flips) <= 1, flips
 
 
@@ -374,6 +501,48 @@ def test_compiled_solve_rejects_empty_windows_and_sparse_positions_work():
     dense = _egomotion.solve_gyro(*args)
     args[6] = args[6] * 1000003
     assert _egomotion.solve_gyro(*args) == dense
+
+
+def free_arguments():
+    """Return valid arguments of _egomotion.solve_free (the window of arguments())."""
+    a_rows, g_rows, m, weight, _, starts, order, _, sphere, _, _, robust, _ = arguments()
+    return [a_rows, g_rows, m, weight, starts, order, sphere, None, robust,
+            (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3)]
+
+
+def test_compiled_free_solve_runs_on_valid_arguments():
+    args = free_arguments()
+    direction, omega, fit = _egomotion.solve_free(*args)
+    assert abs(np.linalg.norm(direction) - 1.0) < 1e-12
+    assert all(math.isfinite(value) for value in omega) and math.isfinite(fit)
+    assert np.all((args[8] > 0) & (args[8] <= 1))
+    # a previous direction is one more start of the coarse search
+    args[7] = np.array(direction)
+    assert all(math.isfinite(value) for value in _egomotion.solve_free(*args)[0])
+
+
+@pytest.mark.parametrize('index, value, message', [
+    (2, np.array([np.nan] + [0.0] * 49), 'solve_free: m must be finite, got nan at flat index'),
+    (0, np.zeros((3, 50), np.float32), 'solve_free: a_rows must be float64, got buffer '
+     "format 'f'"),
+    (3, np.ones(49), 'solve_free: weight must have shape (50,), got (49,)'),
+    (4, np.array([0, 20, 10], np.int64), 'solve_free: starts must begin at 0 and increase '
+     'below N = 50, got 10 at index 2'),
+    (5, np.arange(50, dtype=np.int64) % 49, 'solve_free: input_order must hold distinct '
+     'non-negative positions, got 0 twice'),
+    (7, np.array([0.0, np.inf, 1.0]), 'solve_free: previous must be finite, got inf'),
+    (8, np.frombuffer(bytes(400)), 'solve_free: robust_out must be a writable C-contiguous'),
+    (9, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3), 'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3), 'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3), 'solve_free: settings out of range'),
+], ids=['nan', 'float32', 'shape', 'starts-order', 'order-repeat', 'previous-inf', 'read-only',
+        'sign-flows', 'prior-weight', 'residual-nan'])
+def test_compiled_free_solve_names_bad_arguments(index, value, message):
+    args = free_arguments()
+    args[index] = value
+    with pytest.raises(ValueError) as error:
+        _egomotion.solve_free(*args)
+    assert message in str(error.value)
 
 
 def test_missing_extension_says_how_to_build_it(monkeypatch):

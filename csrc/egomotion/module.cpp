@@ -13,12 +13,12 @@
 // limitations under the License.
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
-// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp and ttc.cpp, so
-// that the egomotion node keeps not importing torch. Every argument is checked here (dtype,
-// shape, contiguity, finite values, the cell starts and input order) with a ValueError that
-// names it. The calls keep the GIL: each takes well under a millisecond, while a thread that
-// releases it may wait a whole switch interval (5 ms) to get it back from the node's receive
-// threads.
+// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp, solve_free.cpp and
+// ttc.cpp, so that the egomotion node keeps not importing torch. Every argument is checked
+// here (dtype, shape, contiguity, finite values, the cell starts and input order) with a
+// ValueError that names it. The calls keep the GIL: each takes about a millisecond or less,
+// while a thread that releases it may wait a whole switch interval (5 ms) to get it back from
+// the node's receive threads.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "prepare.h"
+#include "solve_free.h"
 #include "solve_gyro.h"
 #include "ttc.h"
 
@@ -118,7 +119,7 @@ private:
   bool held_ = false;
 };
 
-bool finite(const Array & array, const char * name)
+bool finite(const Array & array, const char * name, const char * function = "solve_gyro")
 {
   const double * values = array.f64();
   for (Py_ssize_t i = 0; i < array.count(); ++i) {
@@ -126,8 +127,8 @@ bool finite(const Array & array, const char * name)
       char value[32];
       std::snprintf(value, sizeof(value), "%g", values[i]);
       PyErr_Format(
-        PyExc_ValueError, "solve_gyro: %s must be finite, got %s at flat index %zd", name,
-        value, i);
+        PyExc_ValueError, "%s: %s must be finite, got %s at flat index %zd", function,
+        name, value, i);
       return false;
     }
   }
@@ -136,7 +137,7 @@ bool finite(const Array & array, const char * name)
 
 // input_order: distinct non-negative positions (a table of seen positions; a sorted copy
 // where the positions are sparse).
-bool distinct_positions(const int64_t * order, Py_ssize_t count)
+bool distinct_positions(const int64_t * order, Py_ssize_t count, const char * function)
 {
   const int64_t smallest = *std::min_element(order, order + count);
   const int64_t largest = *std::max_element(order, order + count);
@@ -156,13 +157,80 @@ bool distinct_positions(const int64_t * order, Py_ssize_t count)
   }
   if (smallest < 0 || repeated >= 0) {
     PyErr_Format(
-      PyExc_ValueError, "solve_gyro: input_order must hold distinct non-negative positions, "
-      "got %lld %s", static_cast<long long>(smallest < 0 ? smallest : repeated),  // NOLINT
+      PyExc_ValueError, "%s: input_order must hold distinct non-negative positions, got "
+      "%lld %s", function, static_cast<long long>(smallest < 0 ? smallest : repeated),  // NOLINT
       smallest < 0 ? "(negative)" : "twice");
     return false;
   }
   return true;
 }
+
+// The arrays of one window sorted by depth cell that both solves read, checked: dtype,
+// shape, contiguity, finite values, the cell starts and the input order.
+struct WindowArrays
+{
+  Array a_rows, g_rows, m, weight, starts, input_order, half_sphere, previous, robust;
+  Py_ssize_t count = 0;
+  bool has_previous = false;
+
+  // objects: a_rows, g_rows, m, weight, starts, input_order, half_sphere, previous (or
+  // None), robust_out. Returns false with a ValueError set.
+  bool get(PyObject * const objects[9], const char * function)
+  {
+    if (!m.get(objects[2], "m", 'd', 1, kFree, kFree, false, function)) {
+      return false;
+    }
+    count = m.size(0);
+    if (count < 1) {
+      PyErr_Format(PyExc_ValueError, "%s: m must hold at least 1 flow, got 0", function);
+      return false;
+    }
+    has_previous = objects[7] != Py_None;
+    if (!a_rows.get(objects[0], "a_rows", 'd', 2, 3, count, false, function) ||
+      !g_rows.get(objects[1], "g_rows", 'd', 2, 3, count, false, function) ||
+      !weight.get(objects[3], "weight", 'd', 1, count, kFree, false, function) ||
+      !starts.get(objects[4], "starts", 'i', 1, kFree, kFree, false, function) ||
+      !input_order.get(objects[5], "input_order", 'i', 1, count, kFree, false, function) ||
+      !half_sphere.get(objects[6], "half_sphere", 'd', 2, kFree, 3, false, function) ||
+      (has_previous && !previous.get(objects[7], "previous", 'd', 1, 3, kFree, false,
+      function)) ||
+      !robust.get(objects[8], "robust_out", 'd', 1, count, kFree, true, function))
+    {
+      return false;
+    }
+    if (!finite(a_rows, "a_rows", function) || !finite(g_rows, "g_rows", function) ||
+      !finite(m, "m", function) || !finite(weight, "weight", function) ||
+      !finite(half_sphere, "half_sphere", function) ||
+      (has_previous && !finite(previous, "previous", function)))
+    {
+      return false;
+    }
+    if (half_sphere.size(0) < 1) {
+      PyErr_Format(PyExc_ValueError, "%s: half_sphere must hold >= 1 direction", function);
+      return false;
+    }
+    const int64_t * cell_start = starts.i64();
+    const Py_ssize_t num_cells = starts.size(0);
+    if (num_cells == 0) {
+      PyErr_Format(PyExc_ValueError, "%s: starts must hold >= 1 cell, got 0", function);
+      return false;
+    }
+    for (Py_ssize_t c = 0; c < num_cells; ++c) {
+      const bool ok = c == 0 ? cell_start[0] == 0 : (cell_start[c] > cell_start[c - 1] &&
+        cell_start[c] < count);
+      if (!ok) {
+        PyErr_Format(
+          PyExc_ValueError, "%s: starts must begin at 0 and increase below N = %zd, got %lld "
+          "at index %zd", function, count, static_cast<long long>(cell_start[c]),  // NOLINT
+          c);
+        return false;
+      }
+    }
+    return distinct_positions(input_order.i64(), count, function);
+  }
+
+  const double * previous_or_null() const {return has_previous ? previous.f64() : nullptr;}
+};
 
 const char kSolveGyroDoc[] =
   "solve_gyro(a_rows, g_rows, m, weight, slow, starts, input_order, omega, half_sphere,\n"
@@ -204,74 +272,88 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
       "and rotation_error, coarse_step_rad > 0), got %R", PyTuple_GET_ITEM(args, 12));
     return nullptr;
   }
-  Array m, a_rows, g_rows, weight, slow, starts, input_order, omega, half_sphere, previous,
-    robust;
-  if (!m.get(objects[2], "m", 'd', 1, kFree)) {
-    return nullptr;
-  }
-  const Py_ssize_t count = m.size(0);
-  if (count < 1) {
-    PyErr_SetString(PyExc_ValueError, "solve_gyro: m must hold at least 1 flow, got 0");
-    return nullptr;
-  }
-  if (!a_rows.get(objects[0], "a_rows", 'd', 2, 3, count) ||
-    !g_rows.get(objects[1], "g_rows", 'd', 2, 3, count) ||
-    !weight.get(objects[3], "weight", 'd', 1, count) ||
-    !slow.get(objects[4], "slow", 'd', 1, count) ||
-    !starts.get(objects[5], "starts", 'i', 1, kFree) ||
-    !input_order.get(objects[6], "input_order", 'i', 1, count) ||
-    !omega.get(objects[7], "omega", 'd', 1, 3) ||
-    !half_sphere.get(objects[8], "half_sphere", 'd', 2, kFree, 3) ||
-    (objects[9] != Py_None && !previous.get(objects[9], "previous", 'd', 1, 3)) ||
-    !robust.get(objects[11], "robust_out", 'd', 1, count, kFree, true))
+  PyObject * const window_objects[9] = {objects[0], objects[1], objects[2], objects[3],
+    objects[5], objects[6], objects[8], objects[9], objects[11]};
+  WindowArrays arrays;
+  Array slow, omega;
+  if (!arrays.get(window_objects, "solve_gyro") ||
+    !slow.get(objects[4], "slow", 'd', 1, arrays.count) ||
+    !omega.get(objects[7], "omega", 'd', 1, 3) || !finite(slow, "slow") ||
+    !finite(omega, "omega"))
   {
     return nullptr;
   }
-  if (!finite(a_rows, "a_rows") || !finite(g_rows, "g_rows") || !finite(m, "m") ||
-    !finite(weight, "weight") || !finite(slow, "slow") || !finite(omega, "omega") ||
-    !finite(half_sphere, "half_sphere") ||
-    (objects[9] != Py_None && !finite(previous, "previous")))
-  {
-    return nullptr;
-  }
-  if (warm && objects[9] == Py_None) {
+  if (warm && !arrays.has_previous) {
     PyErr_SetString(
       PyExc_ValueError, "solve_gyro: warm needs the previous direction, got previous None");
     return nullptr;
   }
-  if (half_sphere.size(0) < 1) {
-    PyErr_SetString(PyExc_ValueError, "solve_gyro: half_sphere must hold >= 1 direction");
-    return nullptr;
-  }
-  const int64_t * cell_start = starts.i64();
-  const Py_ssize_t num_cells = starts.size(0);
-  if (num_cells == 0) {
-    PyErr_SetString(PyExc_ValueError, "solve_gyro: starts must hold >= 1 cell, got 0");
-    return nullptr;
-  }
-  for (Py_ssize_t c = 0; c < num_cells; ++c) {
-    const bool ok = c == 0 ? cell_start[0] == 0 : (cell_start[c] > cell_start[c - 1] &&
-      cell_start[c] < count);
-    if (!ok) {
-      PyErr_Format(
-        PyExc_ValueError, "solve_gyro: starts must begin at 0 and increase below N = %zd, "
-        "got %lld at index %zd", count, static_cast<long long>(cell_start[c]), c);  // NOLINT
-      return nullptr;
-    }
-  }
-  if (!distinct_positions(input_order.i64(), count)) {
-    return nullptr;
-  }
   veckm_egomotion::GyroWindow window{
-    a_rows.f64(), g_rows.f64(), m.f64(), weight.f64(), slow.f64(), cell_start, num_cells,
-    input_order.i64(), count};
+    arrays.a_rows.f64(), arrays.g_rows.f64(), arrays.m.f64(), arrays.weight.f64(), slow.f64(),
+    arrays.starts.i64(), arrays.starts.size(0), arrays.input_order.i64(), arrays.count};
   double direction[3];
   double fit = 0.0;
-  const double * previous_values = objects[9] != Py_None ? previous.f64() : nullptr;
   veckm_egomotion::solve_gyro(
-    window, omega.f64(), half_sphere.f64(), half_sphere.size(0), previous_values, warm != 0,
-    settings, direction, &fit, robust.f64_mut());
+    window, omega.f64(), arrays.half_sphere.f64(), arrays.half_sphere.size(0),
+    arrays.previous_or_null(), warm != 0, settings, direction, &fit, arrays.robust.f64_mut());
   return Py_BuildValue("(ddd)d", direction[0], direction[1], direction[2], fit);
+}
+
+const char kSolveFreeDoc[] =
+  "solve_free(a_rows, g_rows, m, weight, starts, input_order, half_sphere, previous,\n"
+  "           robust_out, settings) -> (direction (3 floats), omega (3 floats), fit)\n\n"
+  "The solve without a gyroscope of EgomotionEstimator (egomotion.py's _solve_free) for one\n"
+  "window sorted by depth cell; the arrays as for solve_gyro, omega in rad/s; settings:\n"
+  "(refine_steps, robust_iterations, huber_scale, sign_flows, rotation_error, rotation_start,\n"
+  "rotation_start_residual, rotation_prior_weight, coarse_step_rad). Raises ValueError\n"
+  "naming a bad argument.";
+
+PyObject * solve_free(PyObject *, PyObject * args)
+{
+  PyObject * objects[9];
+  veckm_egomotion::FreeSettings settings{};
+  int rotation_start = 0;
+  long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
+  if (!PyArg_ParseTuple(
+      args, "OOOOOOOOO(iidLdpddd):solve_free", &objects[0], &objects[1], &objects[2],
+      &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
+      &settings.refine_steps, &settings.robust_iterations, &settings.huber_scale, &sign_flows,
+      &settings.rotation_error, &rotation_start, &settings.rotation_start_residual,
+      &settings.rotation_prior_weight, &settings.coarse_step_rad))
+  {
+    return nullptr;
+  }
+  settings.rotation_start = rotation_start != 0;
+  settings.sign_flows = sign_flows;
+  if (!(settings.refine_steps >= 0 && settings.refine_steps <= 20 &&
+    settings.robust_iterations >= 0 && settings.robust_iterations <= 10 &&
+    settings.huber_scale > 0 && settings.sign_flows >= 1 &&
+    std::isfinite(settings.rotation_error) && settings.rotation_start_residual >= 0 &&
+    std::isfinite(settings.rotation_start_residual) && settings.rotation_prior_weight >= 0 &&
+    std::isfinite(settings.rotation_prior_weight) && settings.coarse_step_rad > 0 &&
+    std::isfinite(settings.coarse_step_rad)))
+  {
+    PyErr_Format(
+      PyExc_ValueError, "solve_free: settings out of range (refine_steps 0..20, "
+      "robust_iterations 0..10, huber_scale > 0, sign_flows >= 1, finite rotation_error, "
+      "finite rotation_start_residual and rotation_prior_weight >= 0, coarse_step_rad > 0), "
+      "got %R", PyTuple_GET_ITEM(args, 9));
+    return nullptr;
+  }
+  WindowArrays arrays;
+  if (!arrays.get(objects, "solve_free")) {
+    return nullptr;
+  }
+  veckm_egomotion::FreeWindow window{
+    arrays.a_rows.f64(), arrays.g_rows.f64(), arrays.m.f64(), arrays.weight.f64(),
+    arrays.starts.i64(), arrays.starts.size(0), arrays.input_order.i64(), arrays.count};
+  double direction[3], omega[3];
+  double fit = 0.0;
+  veckm_egomotion::solve_free(
+    window, arrays.half_sphere.f64(), arrays.half_sphere.size(0), arrays.previous_or_null(),
+    settings, direction, omega, &fit, arrays.robust.f64_mut());
+  return Py_BuildValue(
+    "(ddd)(ddd)d", direction[0], direction[1], direction[2], omega[0], omega[1], omega[2], fit);
 }
 
 // One 1-D input column of any numeric dtype (strided views too), held while in use.
@@ -493,6 +575,7 @@ PyObject * time_to_contact(PyObject *, PyObject * args)
 
 PyMethodDef kMethods[] = {
   {"solve_gyro", solve_gyro, METH_VARARGS, kSolveGyroDoc},
+  {"solve_free", solve_free, METH_VARARGS, kSolveFreeDoc},
   {"prepare", prepare, METH_VARARGS, kPrepareDoc},
   {"time_to_contact", time_to_contact, METH_VARARGS, kTimeToContactDoc},
   {nullptr, nullptr, 0, nullptr},

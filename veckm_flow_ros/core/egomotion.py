@@ -453,8 +453,9 @@ class EgomotionEstimator:
     Angular velocity, translation direction, FOE and time to contact per window of flows.
 
     camera: CameraModel of the event camera (the flows' pixels are its distorted pixels).
-    compiled: the input stage and, with a gyroscope, the solve of each window in the compiled
-    extension (veckm_flow_ros._egomotion, csrc/egomotion/: the same algorithm, one call each);
+    compiled: the input stage and the solve of each window (with and without a gyroscope) in
+    the compiled extension (veckm_flow_ros._egomotion, csrc/egomotion/: the same algorithm,
+    one call each);
     false: the numpy code of this module, the reference the extension is tested and
     benchmarked against.
     """
@@ -464,6 +465,7 @@ class EgomotionEstimator:
         self.config = (config or EgomotionConfig()).check()
         self._extension = _extension() if compiled else None
         self._compiled = None if self._extension is None else self._extension.solve_gyro
+        self._compiled_free = None if self._extension is None else self._extension.solve_free
         # The coarse grid: half a Fibonacci sphere and its mirror image. Every cost shares
         # most of its work between d and -d (see the costs' `mirror`).
         sphere = fibonacci_sphere(self.config.sphere_directions)
@@ -862,6 +864,8 @@ class EgomotionEstimator:
         sign vote for the start, the joint least squares refine it locally, and the final
         omega is pulled towards the rotation-only fit (rotation_prior_weight).
         """
+        if self._compiled_free is not None:
+            return self._solve_free_compiled(window)
         config = self.config
         a, g, m = window.a_rows, window.g, window.m
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
@@ -902,6 +906,20 @@ class EgomotionEstimator:
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
+
+    def _solve_free_compiled(self, window):
+        """Solve as _solve_free in one call of the compiled extension (same algorithm)."""
+        config = self.config
+        robust = np.empty(len(window))
+        direction, omega, fit = self._compiled_free(
+            window.a_rows, window.g_rows, window.m, window.weight, window.starts,
+            window.input_order, self._half_sphere, self._previous, robust,
+            (config.refine_steps, config.robust_iterations, config.huber_scale,
+             config.sign_flows, config.rotation_error, bool(config.rotation_start),
+             config.rotation_start_residual, config.rotation_prior_weight,
+             self._coarse_step_rad))
+        window.robust = robust
+        return np.array(direction), np.array(omega), fit
 
     def _fit_free(self, window, table, start=None, rotation=None, accurate=None):
         """

@@ -1,0 +1,502 @@
+// Copyright 2026 The veckm_flow_ros Authors
+//
+// Licensed under the Apache License, Version 2.0 (the "License");
+// you may not use this file except in compliance with the License.
+// You may obtain a copy of the License at
+//
+//     http://www.apache.org/licenses/LICENSE-2.0
+//
+// Unless required by applicable law or agreed to in writing, software
+// distributed under the License is distributed on an "AS IS" BASIS,
+// WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+// See the License for the specific language governing permissions and
+// limitations under the License.
+
+// The solve without a gyroscope, step for step as EgomotionEstimator._solve_free and the
+// methods it calls (_fit_free, _cell_stats_free, _cost_free, _omega_free, _cell_residual,
+// _rotation_only, _sign_vote, _search): the same constants, grids and rounds; float64
+// throughout except the coarse grid's costs of the joint least squares and the sign vote's,
+// float32 as in the reference (both only pick a start).
+
+#include "solve_free.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "search.h"
+
+namespace veckm_egomotion {
+namespace {
+
+// The constants of egomotion.py (their reasons are given there).
+constexpr double kRotationStartReach = 0.5;
+constexpr double kDepthFreeShare = 0.1;
+constexpr double kDepthFreeLimit = 0.5;
+
+// _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3) and g a^T (9,
+// row-major); g g^T (9), g m (3), m^2 over all flows, and H's constant part h0 (6 distinct
+// entries of g g^T, regularised). (The reference's pair tables: see FreeCost.)
+struct FreeStats
+{
+  int64_t cells = 0;
+  std::vector<double> aa, am, ga;
+  double h0[6], gg[9], gm[3], total;
+};
+
+// _solve_sym3: the symmetric 3x3 system h (6 distinct entries) x = rhs by the adjugate.
+template<class T>
+void solve_sym3(const T h[6], const T rhs[3], T x[3])
+{
+  const T cof[6] = {
+    h[1] * h[2] - h[5] * h[5], h[0] * h[2] - h[4] * h[4], h[0] * h[1] - h[3] * h[3],
+    h[4] * h[5] - h[3] * h[2], h[3] * h[5] - h[4] * h[1], h[3] * h[4] - h[0] * h[5]};
+  T det = h[0] * cof[0] + h[3] * cof[3] + h[4] * cof[4];
+  if (det == T(0)) {
+    det = std::numeric_limits<T>::min();
+  }
+  const T adjugate[9] = {cof[0], cof[3], cof[4], cof[3], cof[1], cof[5], cof[4], cof[5], cof[2]};
+  for (int i = 0; i < 3; ++i) {
+    x[i] = (adjugate[3 * i] * rhs[0] + adjugate[3 * i + 1] * rhs[1] +
+      adjugate[3 * i + 2] * rhs[2]) / det;
+  }
+}
+
+// _cost_free and _omega_free in T (float: the coarse grid's costs, as the reference's
+// float32 copy of the cell sums). Where the reference sums the cells' pair tables (one BLAS
+// product), this computes each cell's T = [G; am] d (4 values) and the products T_i T_j /
+// S_bb directly: the same sums, a third of the arithmetic. Non-mirror calls keep each
+// direction's omega (companion).
+template<class T>
+class FreeCost
+{
+public:
+  explicit FreeCost(const FreeStats & stats)
+  : cells_(stats.cells), aa_(stats.aa.begin(), stats.aa.end()), x_(12 * cells_),
+    total_(static_cast<T>(stats.total)), inv_(cells_), t_(4 * cells_),
+    omega_(3 * kPatternSize)
+  {
+    for (int64_t c = 0; c < cells_; ++c) {
+      std::copy(stats.ga.begin() + 9 * c, stats.ga.begin() + 9 * c + 9, x_.begin() + 12 * c);
+      std::copy(stats.am.begin() + 3 * c, stats.am.begin() + 3 * c + 3, x_.begin() + 12 * c + 9);
+    }
+    std::copy(stats.h0, stats.h0 + 6, h0_);
+    std::copy(stats.gg, stats.gg + 9, gg_);
+    std::copy(stats.gm, stats.gm + 3, gm_);
+  }
+
+  // Omega of direction d; the cells' 1 / S_bb and T in inv_, t_. prior_weight > 0: plus
+  // prior_weight |omega - prior|^2 in the residual.
+  void omega(
+    const std::array<T, 3> & d, T out[3], const double * prior = nullptr,
+    double prior_weight = 0.0) const
+  {
+    const auto sq = squares(d);
+    // sum_c T_i T_j / S_bb for the pairs (0 0, 1 1, 2 2, 0 1, 0 2, 1 2) and (i 3)
+    T moments[9] = {};
+    for (int64_t c = 0; c < cells_; ++c) {
+      const T * s = aa_.data() + 6 * c;
+      const T s_bb = s[0] * sq[0] + s[1] * sq[1] + s[2] * sq[2] + s[3] * sq[3] +
+        s[4] * sq[4] + s[5] * sq[5];
+      const T inv = T(1) / std::max(s_bb, std::numeric_limits<T>::min());
+      inv_[c] = inv;
+      const T * x = x_.data() + 12 * c;
+      T * t = t_.data() + 4 * c;
+      for (int i = 0; i < 4; ++i) {
+        t[i] = x[3 * i] * d[0] + x[3 * i + 1] * d[1] + x[3 * i + 2] * d[2];
+      }
+      const T t0 = t[0] * inv, t1 = t[1] * inv, t2 = t[2] * inv;
+      moments[0] += t0 * t[0];
+      moments[1] += t1 * t[1];
+      moments[2] += t2 * t[2];
+      moments[3] += t0 * t[1];
+      moments[4] += t0 * t[2];
+      moments[5] += t1 * t[2];
+      moments[6] += t0 * t[3];
+      moments[7] += t1 * t[3];
+      moments[8] += t2 * t[3];
+    }
+    // H = gg - the first 6, rhs = gm - the last 3
+    T h[6], rhs[3];
+    for (int p = 0; p < 6; ++p) {
+      h[p] = h0_[p] - moments[p];
+    }
+    for (int i = 0; i < 3; ++i) {
+      rhs[i] = gm_[i] - moments[6 + i];
+    }
+    if (prior) {
+      const T weight = static_cast<T>(prior_weight);
+      for (int i = 0; i < 3; ++i) {
+        h[i] = h[i] + weight;
+        rhs[i] = rhs[i] + weight * static_cast<T>(prior[i]);
+      }
+    }
+    solve_sym3(h, rhs, out);
+  }
+
+  void operator()(const double * dirs, int count, bool mirror, double * out) const
+  {
+    for (int k = 0; k < count; ++k) {
+      const std::array<T, 3> d{static_cast<T>(dirs[3 * k]), static_cast<T>(dirs[3 * k + 1]),
+        static_cast<T>(dirs[3 * k + 2])};
+      T w[3];
+      omega(d, w);
+      if (!mirror) {
+        for (int i = 0; i < 3; ++i) {
+          omega_[3 * k + i] = w[i];
+        }
+      }
+      // Cheirality: with this omega, a cell whose depth would be negative is not fitted.
+      // S_br = am . d - omega . (G d) = T_3 - omega . T_0..2
+      T positive = 0, all = 0;
+      for (int64_t c = 0; c < cells_; ++c) {
+        const T * t = t_.data() + 4 * c;
+        const T s_br = t[3] - (w[0] * t[0] + w[1] * t[1] + w[2] * t[2]);
+        if (mirror) {
+          const T square = s_br * s_br * inv_[c];
+          all += square;
+          positive += s_br > 0 ? square : T(0);
+        } else if (s_br > 0) {
+          positive += s_br * inv_[c] * s_br;
+        }
+      }
+      T quadratic = 0;
+      for (int j = 0; j < 3; ++j) {
+        const T rotated = w[0] * gg_[j] + w[1] * gg_[3 + j] + w[2] * gg_[6 + j];
+        quadratic += (rotated - T(2) * gm_[j]) * w[j];
+      }
+      const T total_r = total_ + quadratic;
+      out[k] = total_r - positive;
+      if (mirror) {
+        out[count + k] = total_r - (all - positive);
+      }
+    }
+  }
+
+  // The omega values of the last non-mirror call, 3 per direction.
+  const double * companion() const {return omega_.data();}
+
+private:
+  int64_t cells_;
+  std::vector<T> aa_, x_;
+  T h0_[6], gg_[9], gm_[3], total_;
+  mutable std::vector<T> inv_, t_;
+  mutable std::vector<double> omega_;
+};
+
+// The joint least squares' costs: float32 on the coarse grid (mirror), float64 elsewhere.
+class FitCost
+{
+public:
+  explicit FitCost(const FreeStats & stats)
+  : coarse_(stats), fine_(stats) {}
+
+  void operator()(const double * dirs, int count, bool mirror, double * out) const
+  {
+    if (mirror) {
+      coarse_(dirs, count, true, out);
+    } else {
+      fine_(dirs, count, false, out);
+    }
+  }
+
+  const FreeCost<double> & fine() const {return fine_;}
+
+private:
+  FreeCost<float> coarse_;
+  FreeCost<double> fine_;
+};
+
+class FreeSolver
+{
+public:
+  FreeSolver(
+    const FreeWindow & window, const double * half_sphere, int64_t num_half,
+    const double * previous, const FreeSettings & settings)
+  : w_(window), grid_{half_sphere, num_half, previous, settings.coarse_step_rad,
+      settings.refine_steps},
+    flows_{window.a_rows, window.starts, window.num_cells, window.count}, s_(settings),
+    n_(window.count), robust_(n_, 1.0), fit_weight_(n_), r_(n_), residual_(n_), b_(n_) {}
+
+  void solve(double direction_out[3], double omega_out[3], double * fit_out)
+  {
+    Fit fitted;
+    bool done = false;
+    if (!s_.rotation_start) {
+      done = fit_free(nullptr, nullptr, false, fitted);
+    } else {
+      // The joint least squares serve where the flows are accurate enough (accurate());
+      // else the rotation-only fit stands in for a gyroscope in the sign vote for the start.
+      std::vector<double> magnitude(w_.m, w_.m + n_);
+      for (double & value : magnitude) {
+        value = std::abs(value);
+      }
+      limit_ = s_.rotation_start_residual * median(magnitude);
+      done = fit_free(nullptr, nullptr, true, fitted);
+    }
+    if (!done) {
+      const Vec3 rotation = rotation_only();
+      std::vector<double> h(n_), r(n_);
+      const double * g = w_.g_rows;
+      for (int64_t i = 0; i < n_; ++i) {
+        h[i] = g[i] * rotation[0] + g[n_ + i] * rotation[1] + g[2 * n_ + i] * rotation[2];
+        r[i] = w_.m[i] - h[i];
+      }
+      std::vector<double> signed_weight;
+      sign_weights(r.data(), h.data(), w_.weight, n_, s_.rotation_error, signed_weight);
+      const Vec3 start = sign_vote(
+        flows_, w_.input_order, signed_weight, s_.sign_flows, grid_, nullptr, 0);
+      fit_free(&start, &rotation, false, fitted);
+    }
+    // The explained share of the flow left after rotation, as with a gyroscope.
+    CellStats sums;
+    sums.aa = fitted.aa;
+    sums.ar = fitted.ar;
+    sums.total = 0.0;
+    for (int64_t i = 0; i < n_; ++i) {
+      sums.total += w_.weight[i] * robust_[i] * (r_[i] * r_[i]);
+    }
+    double cost;
+    const KnownCost known(sums);
+    known(fitted.direction.data(), 1, false, &cost);
+    *fit_out = 1.0 - cost / std::max(sums.total, 1e-300);
+    std::copy(fitted.direction.begin(), fitted.direction.end(), direction_out);
+    std::copy(fitted.omega.begin(), fitted.omega.end(), omega_out);
+  }
+
+  const std::vector<double> & robust() const {return robust_;}
+
+private:
+  // A fit's direction, omega and the last round's cell sums of a a^T and a r (r_ holds the
+  // derotated flows).
+  struct Fit
+  {
+    Vec3 direction{}, omega{};
+    std::vector<double> aa, ar;
+  };
+
+  void reweight(const double * residual)
+  {
+    huber_weights(residual, n_, s_.huber_scale, scratch_, robust_.data());
+  }
+
+  void fit_weights()
+  {
+    for (int64_t i = 0; i < n_; ++i) {
+      fit_weight_[i] = w_.weight[i] * robust_[i];
+    }
+  }
+
+  // _cell_stats_free with the current Huber weights.
+  void cell_stats(FreeStats & stats)
+  {
+    fit_weights();
+    // a a^T, a m and m^2: the known-omega sums with r = m
+    CellStats known;
+    known_cell_stats(flows_, w_.m, fit_weight_.data(), known);
+    const int64_t cells = w_.num_cells;
+    stats.cells = cells;
+    stats.aa = std::move(known.aa);
+    stats.am = std::move(known.ar);
+    stats.total = known.total;
+    stats.ga.assign(9 * cells, 0.0);
+    const double * a = w_.a_rows;
+    const double * g = w_.g_rows;
+    for (int64_t c = 0; c < cells; ++c) {
+      double * sum = stats.ga.data() + 9 * c;
+      for (int64_t i = w_.starts[c]; i < flows_.end(c); ++i) {
+        const double weight = fit_weight_[i];
+        for (int k = 0; k < 3; ++k) {
+          const double gk = g[k * n_ + i];
+          sum[3 * k] += gk * a[i] * weight;
+          sum[3 * k + 1] += gk * a[n_ + i] * weight;
+          sum[3 * k + 2] += gk * a[2 * n_ + i] * weight;
+        }
+      }
+    }
+    rotation_sums(stats.gg, stats.gm, stats.h0);
+  }
+
+  // Over all flows with the fit's weights: g g^T (9), g m (3) and the regularised g g^T
+  // (6 distinct entries), the normal equations of the rotation-only fit.
+  void rotation_sums(double gg[9], double gm[3], double h[6]) const
+  {
+    std::fill(gg, gg + 9, 0.0);
+    std::fill(gm, gm + 3, 0.0);
+    const double * g = w_.g_rows;
+    for (int64_t i = 0; i < n_; ++i) {
+      const double weight = fit_weight_[i];
+      const double wg[3] = {g[i] * weight, g[n_ + i] * weight, g[2 * n_ + i] * weight};
+      for (int p = 0; p < 3; ++p) {
+        for (int q = 0; q < 3; ++q) {
+          gg[3 * p + q] += wg[p] * g[q * n_ + i];
+        }
+        gm[p] += wg[p] * w_.m[i];
+      }
+    }
+    const double regular = 1e-12 * (gg[0] + gg[4] + gg[8]);
+    const double sym[6] = {gg[0] + regular, gg[4] + regular, gg[8] + regular, gg[1], gg[2],
+      gg[5]};
+    std::copy(sym, sym + 6, h);
+  }
+
+  // _fit_free: the joint least squares of omega and direction with Huber rounds. start: a
+  // local start, else the sphere grid; rotation: the omega the final one is pulled towards;
+  // check: ask accurate() after the second search (the first without Huber rounds) and
+  // return false when it fails.
+  bool fit_free(const Vec3 * start, const Vec3 * rotation, bool check, Fit & fit)
+  {
+    reweight(w_.m);  // caps gross outliers before any fit
+    const int last = s_.robust_iterations;
+    Vec3 direction = start ? *start : Vec3{};
+    bool have = start != nullptr;
+    FreeStats stats;
+    Vec3 omega{};
+    for (int iteration = 0; iteration <= last; ++iteration) {
+      if (iteration || !have_first_) {
+        cell_stats(stats);
+      } else {
+        stats = first_;  // same Huber weights (of m alone) as before
+      }
+      if (iteration == 0) {
+        first_ = stats;
+        have_first_ = true;
+      }
+      const FitCost cost(stats);
+      SearchOptions options{start == nullptr && iteration <= 1};
+      options.final = iteration == last;
+      options.reach = iteration == 0 ? kRotationStartReach : 0.25;
+      bool have_omega = false;
+      direction = search(
+        cost, grid_, have ? &direction : nullptr, options, cost.fine().companion(), 3,
+        omega.data(), &have_omega);
+      have = true;
+      if (iteration == last || !have_omega) {
+        cost.fine().omega(direction, omega.data());
+      }
+      // else: only for the Huber weights, omega from the last grid (smooth in d)
+      if (check && iteration == std::min(1, last) && !accurate(direction, omega)) {
+        return false;
+      }
+      if (iteration == last && rotation && s_.rotation_prior_weight > 0) {
+        // Ridge towards the rotation-only fit (see egomotion.py).
+        double residual;
+        cost.fine()(direction.data(), 1, false, &residual);
+        double weight_sum = 0.0;
+        for (int64_t i = 0; i < n_; ++i) {
+          weight_sum += w_.weight[i] * robust_[i];
+        }
+        const double pull = s_.rotation_prior_weight * std::max(residual, 0.0) /
+          std::max(weight_sum, 1e-300);
+        cost.fine().omega(direction, omega.data(), rotation->data(), pull);
+      }
+      const double * g = w_.g_rows;
+      for (int64_t i = 0; i < n_; ++i) {
+        r_[i] = w_.m[i] - (g[i] * omega[0] + g[n_ + i] * omega[1] + g[2 * n_ + i] * omega[2]);
+      }
+      // The cell sums of a r follow from those of a m and g a^T: a r = a m - a (g . omega).
+      fit.ar.resize(3 * stats.cells);
+      for (int64_t c = 0; c < stats.cells; ++c) {
+        const double * ga = stats.ga.data() + 9 * c;
+        for (int j = 0; j < 3; ++j) {
+          fit.ar[3 * c + j] = stats.am[3 * c + j] -
+            (omega[0] * ga[j] + omega[1] * ga[3 + j] + omega[2] * ga[6 + j]);
+        }
+      }
+      if (iteration < last) {
+        cell_residual(flows_, stats.aa.data(), fit.ar.data(), r_.data(), direction,
+          residual_.data());
+        reweight(residual_.data());
+      }
+    }
+    fit.direction = direction;
+    fit.omega = omega;
+    fit.aa = std::move(stats.aa);
+    return true;
+  }
+
+  // The accuracy check of _solve_free: the median |residual| (cell depths fitted) below
+  // limit_, or below kDepthFreeLimit limit_ on the flows of the smallest |a . d|.
+  bool accurate(const Vec3 & direction, const Vec3 & omega)
+  {
+    const double * g = w_.g_rows;
+    std::vector<double> r(n_);
+    for (int64_t i = 0; i < n_; ++i) {
+      r[i] = w_.m[i] - (g[i] * omega[0] + g[n_ + i] * omega[1] + g[2 * n_ + i] * omega[2]);
+    }
+    fit_weights();
+    CellStats sums;
+    known_cell_stats(flows_, r.data(), fit_weight_.data(), sums);
+    cell_residual(flows_, sums.aa.data(), sums.ar.data(), r.data(), direction,
+      residual_.data(), b_.data());
+    std::vector<double> size(n_);
+    for (int64_t i = 0; i < n_; ++i) {
+      size[i] = std::abs(residual_[i]);
+    }
+    if (median(size) < limit_) {
+      return true;
+    }
+    // np.quantile(|b|, share), linear: between the sorted values at floor and floor + 1
+    std::vector<double> flat(n_);
+    for (int64_t i = 0; i < n_; ++i) {
+      flat[i] = std::abs(b_[i]);
+    }
+    const double virtual_index = static_cast<double>(n_ - 1) * kDepthFreeShare;
+    const int64_t below = static_cast<int64_t>(std::floor(virtual_index));
+    const int64_t above = std::min(below + 1, n_ - 1);
+    std::nth_element(flat.begin(), flat.begin() + below, flat.end());
+    const double low = flat[below];
+    const double high = above > below ?
+      *std::min_element(flat.begin() + below + 1, flat.end()) : low;
+    const double gamma = virtual_index - static_cast<double>(below);
+    const double diff = high - low;
+    const double threshold = gamma >= 0.5 ? high - diff * (1.0 - gamma) : low + diff * gamma;
+    std::vector<double> picked;
+    for (int64_t i = 0; i < n_; ++i) {
+      if (std::abs(b_[i]) <= threshold) {
+        picked.push_back(std::abs(residual_[i]));
+      }
+    }
+    return median(picked) < kDepthFreeLimit * limit_;
+  }
+
+  // _rotation_only: omega of the least squares m = g . omega, translation ignored
+  // (Huber-capped); leaves the Huber weights at 1.
+  Vec3 rotation_only()
+  {
+    reweight(w_.m);
+    fit_weights();
+    double gg[9], gm[3], h[6];
+    rotation_sums(gg, gm, h);
+    Vec3 omega{};
+    solve_sym3(h, gm, omega.data());
+    std::fill(robust_.begin(), robust_.end(), 1.0);
+    return omega;
+  }
+
+  const FreeWindow & w_;
+  const SearchGrid grid_;
+  const Flows flows_;
+  const FreeSettings & s_;
+  int64_t n_;
+  double limit_ = 0.0;
+  FreeStats first_;
+  bool have_first_ = false;
+  std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_;
+};
+
+}  // namespace
+
+void solve_free(
+  const FreeWindow & window, const double * half_sphere, int64_t num_half,
+  const double * previous, const FreeSettings & settings, double direction[3], double omega[3],
+  double * fit, double * robust)
+{
+  FreeSolver solver(window, half_sphere, num_half, previous, settings);
+  solver.solve(direction, omega, fit);
+  std::copy(solver.robust().begin(), solver.robust().end(), robust);
+}
+
+}  // namespace veckm_egomotion
