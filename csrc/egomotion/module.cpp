@@ -288,7 +288,7 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
       PyExc_ValueError, "solve_gyro: warm needs the previous direction, got previous None");
     return nullptr;
   }
-  veckm_egomotion::GyroWindow window{
+  veckm_egomotion::Window window{
     arrays.a_rows.f64(), arrays.g_rows.f64(), arrays.m.f64(), arrays.weight.f64(), slow.f64(),
     arrays.starts.i64(), arrays.starts.size(0), arrays.input_order.i64(), arrays.count};
   double direction[3];
@@ -344,8 +344,8 @@ PyObject * solve_free(PyObject *, PyObject * args)
   if (!arrays.get(objects, "solve_free")) {
     return nullptr;
   }
-  veckm_egomotion::FreeWindow window{
-    arrays.a_rows.f64(), arrays.g_rows.f64(), arrays.m.f64(), arrays.weight.f64(),
+  veckm_egomotion::Window window{
+    arrays.a_rows.f64(), arrays.g_rows.f64(), arrays.m.f64(), arrays.weight.f64(), nullptr,
     arrays.starts.i64(), arrays.starts.size(0), arrays.input_order.i64(), arrays.count};
   double direction[3], omega[3];
   double fit = 0.0;

@@ -213,7 +213,7 @@ class FreeSolver
 {
 public:
   FreeSolver(
-    const FreeWindow & window, const double * half_sphere, int64_t num_half,
+    const Window & window, const double * half_sphere, int64_t num_half,
     const double * previous, const FreeSettings & settings)
   : w_(window), grid_{half_sphere, num_half, previous, settings.coarse_step_rad,
       settings.refine_steps},
@@ -476,7 +476,7 @@ private:
     return omega;
   }
 
-  const FreeWindow & w_;
+  const Window & w_;
   const SearchGrid grid_;
   const Flows flows_;
   const FreeSettings & s_;
@@ -490,7 +490,7 @@ private:
 }  // namespace
 
 void solve_free(
-  const FreeWindow & window, const double * half_sphere, int64_t num_half,
+  const Window & window, const double * half_sphere, int64_t num_half,
   const double * previous, const FreeSettings & settings, double direction[3], double omega[3],
   double * fit, double * robust)
 {

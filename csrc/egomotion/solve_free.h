@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "window.h"
+
 namespace veckm_egomotion {
 
 // The EgomotionConfig values the solve reads (same meaning and units).
@@ -38,24 +40,11 @@ struct FreeSettings {
   double coarse_step_rad;  // the sphere grid's spacing, sqrt(4 pi / sphere_directions)
 };
 
-// One window's usable flows (egomotion.py's _Window), sorted by depth cell; read-only views
-// of `count` values unless said otherwise.
-struct FreeWindow {
-  const double * a_rows;       // (3, count) a = A^T n per flow, row-major
-  const double * g_rows;       // (3, count) g = B^T n per flow
-  const double * m;            // (count,) normalized normal-flow magnitude [1/s]
-  const double * weight;       // (count,) fit weight validity / (|flow| + floor)
-  const int64_t * starts;      // (num_cells,) first flow of each cell, increasing, starts[0] 0
-  int64_t num_cells;
-  const int64_t * input_order;  // (count,) the flows' distinct positions in the input
-  int64_t count;
-};
-
 // The solve of one window. half_sphere (num_half, 3) the coarse grid's directions with
 // z >= 0; previous (3,) the last window's direction or nullptr. Writes the unit direction
 // (3,), omega (3,) [rad/s, camera frame], the explained share `fit` and the final Huber
 // weights robust (count,).
-void solve_free(const FreeWindow & window, const double * half_sphere, int64_t num_half,
+void solve_free(const Window & window, const double * half_sphere, int64_t num_half,
                 const double * previous, const FreeSettings & settings, double direction[3],
                 double omega[3], double * fit, double * robust);
 

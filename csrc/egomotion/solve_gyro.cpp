@@ -39,7 +39,7 @@ class Solver
 {
 public:
   Solver(
-    const GyroWindow & window, const double * half_sphere, int64_t num_half,
+    const Window & window, const double * half_sphere, int64_t num_half,
     const double * previous, const GyroSettings & settings)
   : w_(window), grid_{half_sphere, num_half, previous, settings.coarse_step_rad,
       settings.refine_steps},
@@ -180,7 +180,7 @@ private:
     return true;
   }
 
-  const GyroWindow & w_;
+  const Window & w_;
   const SearchGrid grid_;
   const Flows flows_;
   const GyroSettings & s_;
@@ -191,7 +191,7 @@ private:
 }  // namespace
 
 void solve_gyro(
-  const GyroWindow & window, const double omega[3], const double * half_sphere,
+  const Window & window, const double omega[3], const double * half_sphere,
   int64_t num_half, const double * previous, bool warm, const GyroSettings & settings,
   double direction[3], double * fit, double * robust)
 {

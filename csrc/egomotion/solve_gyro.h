@@ -22,6 +22,8 @@
 
 #include <cstdint>
 
+#include "window.h"
+
 namespace veckm_egomotion {
 
 // The EgomotionConfig values the solve reads (same meaning and units).
@@ -36,26 +38,12 @@ struct GyroSettings {
   double coarse_step_rad;  // the sphere grid's spacing, sqrt(4 pi / sphere_directions)
 };
 
-// One window's usable flows (egomotion.py's _Window), sorted by depth cell; all arrays are
-// read-only views of `count` values unless said otherwise.
-struct GyroWindow {
-  const double * a_rows;       // (3, count) a = A^T n per flow, row-major
-  const double * g_rows;       // (3, count) g = B^T n per flow
-  const double * m;            // (count,) normalized normal-flow magnitude [1/s]
-  const double * weight;       // (count,) fit weight validity / (|flow| + floor)
-  const double * slow;         // (count,) slow-flow factor s^2 / (s^2 + slow^2)
-  const int64_t * starts;      // (num_cells,) first flow of each cell, increasing, starts[0] 0
-  int64_t num_cells;
-  const int64_t * input_order;  // (count,) the flows' distinct positions in the input
-  int64_t count;
-};
-
 // The solve of one window. omega (3,) the gyroscope's rate [rad/s, camera frame];
 // half_sphere (num_half, 3) the coarse grid's directions with z >= 0; previous (3,) the last
 // window's direction or nullptr; warm: start the sign vote from `previous` (the caller keeps
 // the warm-window count). Writes the unit direction (3,), the explained share `fit` and the
 // final Huber weights robust (count,).
-void solve_gyro(const GyroWindow & window, const double omega[3], const double * half_sphere,
+void solve_gyro(const Window & window, const double omega[3], const double * half_sphere,
                 int64_t num_half, const double * previous, bool warm,
                 const GyroSettings & settings, double direction[3], double * fit,
                 double * robust);
