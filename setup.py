@@ -72,9 +72,8 @@ def _egomotion_extension():
         sources=sorted(glob.glob(os.path.join(source_dir, '*.cpp'))),
         include_dirs=[source_dir],
         language='c++',
-        # no fused multiply-adds: the same roundings as the numpy reference; no trapping
-        # math (the values do not change): branch-free selects in the vectorised loops
-        extra_compile_args=['-O3', '-g0', '-ffp-contract=off', '-fno-trapping-math'],
+        # no fused multiply-adds: the same roundings as the numpy reference
+        extra_compile_args=['-O3', '-g0', '-ffp-contract=off'],
     )
 
 
