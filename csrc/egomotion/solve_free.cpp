@@ -375,11 +375,11 @@ private:
     stats.aa = std::move(known.aa);
     stats.am = std::move(known.ar);
     stats.total = known.total;
-    stats.ga.assign(9 * cells, 0.0);
+    stats.ga.resize(9 * cells);
     const double * a = w_.a_rows;
     const double * g = w_.g_rows;
     for (int64_t c = 0; c < cells; ++c) {
-      double * sum = stats.ga.data() + 9 * c;
+      double sum[9] = {0.0};  // in registers: a store per flow would alias g and a
       for (int64_t i = w_.starts[c]; i < flows_.end(c); ++i) {
         const double weight = fit_weight_[i];
         for (int k = 0; k < 3; ++k) {
@@ -389,6 +389,7 @@ private:
           sum[3 * k + 2] += gk * a[2 * n_ + i] * weight;
         }
       }
+      std::copy(sum, sum + 9, stats.ga.begin() + 9 * c);
     }
     rotation_sums(stats.gg, stats.gm, stats.h0);
   }
@@ -397,19 +398,20 @@ private:
   // (6 distinct entries), the normal equations of the rotation-only fit.
   void rotation_sums(double gg[9], double gm[3], double h[6]) const
   {
-    std::fill(gg, gg + 9, 0.0);
-    std::fill(gm, gm + 3, 0.0);
+    double sum_gg[9] = {0.0}, sum_gm[3] = {0.0};  // local: kept in registers
     const double * g = w_.g_rows;
     for (int64_t i = 0; i < n_; ++i) {
       const double weight = fit_weight_[i];
       const double wg[3] = {g[i] * weight, g[n_ + i] * weight, g[2 * n_ + i] * weight};
       for (int p = 0; p < 3; ++p) {
         for (int q = 0; q < 3; ++q) {
-          gg[3 * p + q] += wg[p] * g[q * n_ + i];
+          sum_gg[3 * p + q] += wg[p] * g[q * n_ + i];
         }
-        gm[p] += wg[p] * w_.m[i];
+        sum_gm[p] += wg[p] * w_.m[i];
       }
     }
+    std::copy(sum_gg, sum_gg + 9, gg);
+    std::copy(sum_gm, sum_gm + 3, gm);
     const double regular = 1e-12 * (gg[0] + gg[4] + gg[8]);
     const double sym[6] = {gg[0] + regular, gg[4] + regular, gg[8] + regular, gg[1], gg[2],
       gg[5]};
