@@ -55,6 +55,7 @@ import tempfile
 import threading
 import time
 
+from bench_egomotion import flow_model_gain
 from bench_node import _proc_cpu_s, FASTDDS_PROFILE_VARIABLES
 import numpy as np
 
@@ -79,10 +80,9 @@ def rigid_scene_messages(camera, flows_per_message: int, count: int, seed: int =
     """
     `count` sets of exact normal flows (x, y, u, v) of the rigid scene, for reuse.
 
-    biased: magnitudes with errors of the flow model's kind (as test_egomotion's
-    biased_window: slow flows 1.4x and fast 1.15x too large, +-20 % with the edge
-    orientation, log-normal 0.3 per 32 px cell and per flow), so that the estimator without
-    a gyroscope takes the rotation start as on the flow model's flows.
+    biased: magnitudes with errors of the flow model's kind (bench_egomotion's
+    flow_model_gain), so that the estimator without a gyroscope takes the rotation start as
+    on the flow model's flows.
     """
     rng = np.random.default_rng(seed)
     cell_gain = np.exp(0.3 * rng.standard_normal((HEIGHT // 32 + 1, WIDTH // 32 + 1)))
@@ -99,12 +99,8 @@ def rigid_scene_messages(camera, flows_per_message: int, count: int, seed: int =
         angle = rng.uniform(0, np.pi, flows_per_message)
         magnitude = u * np.cos(angle) + v * np.sin(angle)
         if biased:
-            speed = np.abs(magnitude)
-            magnitude = magnitude * (np.where(speed < 150, 1.4, 1.15)
-                                     * (1 + 0.2 * np.cos(2 * angle))
-                                     * cell_gain[(y_px // 32).astype(int),
-                                                 (x_px // 32).astype(int)]
-                                     * np.exp(0.3 * rng.standard_normal(flows_per_message)))
+            magnitude = magnitude * flow_model_gain(x_px, y_px, magnitude, angle, rng,
+                                                    cell_gain)
         sets.append((x_px, y_px, magnitude * np.cos(angle), magnitude * np.sin(angle)))
     return sets
 

@@ -137,6 +137,21 @@ inline double median(std::vector<double> & values)
   return 0.5 * (low + high);
 }
 
+// Huber weights robust (n,) for the threshold limit: min(1, limit / |residual|).
+inline void huber_weights_below(
+  const double * residual, int64_t n, double limit, double * robust)
+{
+  for (int64_t i = 0; i < n; ++i) {
+    robust[i] = std::min(1.0, limit / std::max(std::abs(residual[i]), 1e-300));
+  }
+}
+
+// The Huber threshold for a median absolute residual (_reweight's robust scale).
+inline double huber_limit(double median_absolute, double huber_scale)
+{
+  return huber_scale * (1.4826 * median_absolute + 1e-12);
+}
+
 // Huber weights robust (n,) from the residuals, robust scale the median absolute residual
 // (_reweight); scratch: room for n values.
 inline void huber_weights(
@@ -147,10 +162,7 @@ inline void huber_weights(
   for (int64_t i = 0; i < n; ++i) {
     scratch[i] = std::abs(residual[i]);
   }
-  const double limit = huber_scale * (1.4826 * median(scratch) + 1e-12);
-  for (int64_t i = 0; i < n; ++i) {
-    robust[i] = std::min(1.0, limit / std::max(std::abs(residual[i]), 1e-300));
-  }
+  huber_weights_below(residual, n, huber_limit(median(scratch), huber_scale), robust);
 }
 
 // Per-cell weighted sums of a a^T (6 values, mixed products twice), a r (3) and the total of

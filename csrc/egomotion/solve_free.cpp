@@ -67,12 +67,23 @@ void solve_sym3(const T h[6], const T rhs[3], T x[3])
 // _cost_free and _omega_free in T (float: the coarse grid's costs, as the reference's
 // float32 copy of the cell sums). Where the reference sums the cells' pair tables (one BLAS
 // product), this computes each cell's T = [G; am] d (4 values) and the products T_i T_j /
-// S_bb directly: the same sums, a third of the arithmetic. Non-mirror calls keep each
-// direction's omega (companion).
+// S_bb directly: the same sums, a third of the arithmetic. The directions go through the
+// cells a block (Lanes) at a time, in vector types: each direction's sums keep the cells'
+// order and the scalar code's operations, so the results do not depend on the block.
+// Non-mirror calls keep each direction's omega (companion).
 template<class T>
 class FreeCost
 {
 public:
+  // 32 bytes of directions: 8 in float, 4 in double (two SSE registers each without AVX)
+  typedef T Lanes __attribute__((vector_size(32)));
+  static constexpr int kBlock = static_cast<int>(sizeof(Lanes) / sizeof(T));
+  // (a template argument would drop the vector attribute: std::vector<Lanes> holds T)
+  struct Slot
+  {
+    Lanes lanes;
+  };
+
   explicit FreeCost(const FreeStats & stats)
   : cells_(stats.cells), aa_(stats.aa.begin(), stats.aa.end()), x_(12 * cells_),
     total_(static_cast<T>(stats.total)), inv_(cells_), t_(4 * cells_),
@@ -87,102 +98,155 @@ public:
     std::copy(stats.gm, stats.gm + 3, gm_);
   }
 
-  // Omega of direction d; the cells' 1 / S_bb and T in inv_, t_. prior_weight > 0: plus
-  // prior_weight |omega - prior|^2 in the residual.
+  // Omega of direction d. prior_weight > 0: plus prior_weight |omega - prior|^2 in the
+  // residual.
   void omega(
     const std::array<T, 3> & d, T out[3], const double * prior = nullptr,
     double prior_weight = 0.0) const
   {
-    const auto sq = squares(d);
-    // sum_c T_i T_j / S_bb for the pairs (0 0, 1 1, 2 2, 0 1, 0 2, 1 2) and (i 3)
-    T moments[9] = {};
-    for (int64_t c = 0; c < cells_; ++c) {
-      const T * s = aa_.data() + 6 * c;
-      const T s_bb = s[0] * sq[0] + s[1] * sq[1] + s[2] * sq[2] + s[3] * sq[3] +
-        s[4] * sq[4] + s[5] * sq[5];
-      const T inv = T(1) / std::max(s_bb, std::numeric_limits<T>::min());
-      inv_[c] = inv;
-      const T * x = x_.data() + 12 * c;
-      T * t = t_.data() + 4 * c;
-      for (int i = 0; i < 4; ++i) {
-        t[i] = x[3 * i] * d[0] + x[3 * i + 1] * d[1] + x[3 * i + 2] * d[2];
-      }
-      const T t0 = t[0] * inv, t1 = t[1] * inv, t2 = t[2] * inv;
-      moments[0] += t0 * t[0];
-      moments[1] += t1 * t[1];
-      moments[2] += t2 * t[2];
-      moments[3] += t0 * t[1];
-      moments[4] += t0 * t[2];
-      moments[5] += t1 * t[2];
-      moments[6] += t0 * t[3];
-      moments[7] += t1 * t[3];
-      moments[8] += t2 * t[3];
-    }
-    // H = gg - the first 6, rhs = gm - the last 3
-    T h[6], rhs[3];
-    for (int p = 0; p < 6; ++p) {
-      h[p] = h0_[p] - moments[p];
-    }
+    Lanes w[3];
+    omega_block(Block(&d, 1), w, prior, prior_weight);
     for (int i = 0; i < 3; ++i) {
-      rhs[i] = gm_[i] - moments[6 + i];
+      out[i] = w[i][0];
     }
-    if (prior) {
-      const T weight = static_cast<T>(prior_weight);
-      for (int i = 0; i < 3; ++i) {
-        h[i] = h[i] + weight;
-        rhs[i] = rhs[i] + weight * static_cast<T>(prior[i]);
-      }
-    }
-    solve_sym3(h, rhs, out);
   }
 
   void operator()(const double * dirs, int count, bool mirror, double * out) const
   {
-    for (int k = 0; k < count; ++k) {
-      const std::array<T, 3> d{static_cast<T>(dirs[3 * k]), static_cast<T>(dirs[3 * k + 1]),
-        static_cast<T>(dirs[3 * k + 2])};
-      T w[3];
-      omega(d, w);
-      if (!mirror) {
+    for (int first = 0; first < count; first += kBlock) {
+      const int used = std::min(kBlock, count - first);
+      std::array<T, 3> d[kBlock];
+      for (int k = 0; k < used; ++k) {
         for (int i = 0; i < 3; ++i) {
-          omega_[3 * k + i] = w[i];
+          d[k][i] = static_cast<T>(dirs[3 * (first + k) + i]);
+        }
+      }
+      Lanes w[3];
+      omega_block(Block(d, used), w);
+      if (!mirror) {
+        for (int k = 0; k < used && first + k < kPatternSize; ++k) {
+          for (int i = 0; i < 3; ++i) {
+            omega_[3 * (first + k) + i] = w[i][k];
+          }
         }
       }
       // Cheirality: with this omega, a cell whose depth would be negative is not fitted.
       // S_br = am . d - omega . (G d) = T_3 - omega . T_0..2
-      T positive = 0, all = 0;
+      const Lanes zero = Lanes{} * T(0);
+      Lanes positive = zero, all = zero;
       for (int64_t c = 0; c < cells_; ++c) {
-        const T * t = t_.data() + 4 * c;
-        const T s_br = t[3] - (w[0] * t[0] + w[1] * t[1] + w[2] * t[2]);
-        if (mirror) {
-          const T square = s_br * s_br * inv_[c];
-          all += square;
-          positive += s_br > 0 ? square : T(0);
-        } else if (s_br > 0) {
-          positive += s_br * inv_[c] * s_br;
+        const Slot * t = t_.data() + 4 * c;
+        const Lanes inv = inv_[c].lanes;
+        const Lanes s_br = t[3].lanes -
+          (w[0] * t[0].lanes + w[1] * t[1].lanes + w[2] * t[2].lanes);
+        // the products in the reference's order, with and without the mirror
+        const Lanes square = mirror ? s_br * s_br * inv : s_br * inv * s_br;
+        all += square;
+        positive += s_br > zero ? square : zero;
+      }
+      for (int k = 0; k < used; ++k) {
+        T quadratic = 0;
+        for (int j = 0; j < 3; ++j) {
+          const T rotated = w[0][k] * gg_[j] + w[1][k] * gg_[3 + j] + w[2][k] * gg_[6 + j];
+          quadratic += (rotated - T(2) * gm_[j]) * w[j][k];
         }
-      }
-      T quadratic = 0;
-      for (int j = 0; j < 3; ++j) {
-        const T rotated = w[0] * gg_[j] + w[1] * gg_[3 + j] + w[2] * gg_[6 + j];
-        quadratic += (rotated - T(2) * gm_[j]) * w[j];
-      }
-      const T total_r = total_ + quadratic;
-      out[k] = total_r - positive;
-      if (mirror) {
-        out[count + k] = total_r - (all - positive);
+        const T total_r = total_ + quadratic;
+        out[first + k] = total_r - positive[k];
+        if (mirror) {
+          out[count + first + k] = total_r - (all[k] - positive[k]);
+        }
       }
     }
   }
 
-  // The omega values of the last non-mirror call, 3 per direction.
+  // The omega values of the last non-mirror call (of at most kPatternSize directions: the
+  // search's pattern), 3 per direction.
   const double * companion() const {return omega_.data();}
 
 private:
+  // Up to kBlock directions and their six products (squares()), one vector per component;
+  // the unused lanes repeat the last direction.
+  struct Block
+  {
+    Lanes d[3], sq[6];
+
+    Block(const std::array<T, 3> * dirs, int used)
+    {
+      for (int k = 0; k < kBlock; ++k) {
+        const std::array<T, 3> & one = dirs[std::min(k, used - 1)];
+        const auto products = squares(one);
+        for (int i = 0; i < 3; ++i) {
+          d[i][k] = one[i];
+        }
+        for (int p = 0; p < 6; ++p) {
+          sq[p][k] = products[p];
+        }
+      }
+    }
+  };
+
+  // Omega of each direction of the block (w[i][k]); the cells' 1 / S_bb and T in inv_, t_.
+  void omega_block(
+    const Block & block, Lanes w[3], const double * prior = nullptr,
+    double prior_weight = 0.0) const
+  {
+    // sum_c T_i T_j / S_bb for the pairs (0 0, 1 1, 2 2, 0 1, 0 2, 1 2) and (i 3)
+    const Lanes zero = Lanes{} * T(0);
+    const Lanes floor = zero + std::numeric_limits<T>::min();
+    Lanes moments[9];
+    for (Lanes & moment : moments) {
+      moment = zero;
+    }
+    for (int64_t c = 0; c < cells_; ++c) {
+      const T * s = aa_.data() + 6 * c;
+      const T * x = x_.data() + 12 * c;
+      const Lanes s_bb = s[0] * block.sq[0] + s[1] * block.sq[1] + s[2] * block.sq[2] +
+        s[3] * block.sq[3] + s[4] * block.sq[4] + s[5] * block.sq[5];
+      const Lanes inv = T(1) / (s_bb < floor ? floor : s_bb);  // std::max(s_bb, floor)
+      Lanes t[4];
+      for (int i = 0; i < 4; ++i) {
+        t[i] = x[3 * i] * block.d[0] + x[3 * i + 1] * block.d[1] + x[3 * i + 2] * block.d[2];
+        t_[4 * c + i].lanes = t[i];
+      }
+      inv_[c].lanes = inv;
+      const Lanes u0 = t[0] * inv, u1 = t[1] * inv, u2 = t[2] * inv;
+      moments[0] += u0 * t[0];
+      moments[1] += u1 * t[1];
+      moments[2] += u2 * t[2];
+      moments[3] += u0 * t[1];
+      moments[4] += u0 * t[2];
+      moments[5] += u1 * t[2];
+      moments[6] += u0 * t[3];
+      moments[7] += u1 * t[3];
+      moments[8] += u2 * t[3];
+    }
+    // H = gg - the first 6, rhs = gm - the last 3
+    for (int k = 0; k < kBlock; ++k) {
+      T h[6], rhs[3], out[3];
+      for (int p = 0; p < 6; ++p) {
+        h[p] = h0_[p] - moments[p][k];
+      }
+      for (int i = 0; i < 3; ++i) {
+        rhs[i] = gm_[i] - moments[6 + i][k];
+      }
+      if (prior) {
+        const T weight = static_cast<T>(prior_weight);
+        for (int i = 0; i < 3; ++i) {
+          h[i] = h[i] + weight;
+          rhs[i] = rhs[i] + weight * static_cast<T>(prior[i]);
+        }
+      }
+      solve_sym3(h, rhs, out);
+      for (int i = 0; i < 3; ++i) {
+        w[i][k] = out[i];
+      }
+    }
+  }
+
   int64_t cells_;
   std::vector<T> aa_, x_;
   T h0_[6], gg_[9], gm_[3], total_;
-  mutable std::vector<T> inv_, t_;
+  mutable std::vector<Slot> inv_, t_;
   mutable std::vector<double> omega_;
 };
 
@@ -224,16 +288,19 @@ public:
   {
     Fit fitted;
     bool done = false;
+    // The median |m|: the Huber threshold of every reweighting of m alone, and the accuracy
+    // check's scale.
+    std::vector<double> magnitude(n_);
+    for (int64_t i = 0; i < n_; ++i) {
+      magnitude[i] = std::abs(w_.m[i]);
+    }
+    median_magnitude_ = median(magnitude);
     if (!s_.rotation_start) {
       done = fit_free(nullptr, nullptr, false, fitted);
     } else {
       // The joint least squares serve where the flows are accurate enough (accurate());
       // else the rotation-only fit stands in for a gyroscope in the sign vote for the start.
-      std::vector<double> magnitude(w_.m, w_.m + n_);
-      for (double & value : magnitude) {
-        value = std::abs(value);
-      }
-      limit_ = s_.rotation_start_residual * median(magnitude);
+      limit_ = s_.rotation_start_residual * median_magnitude_;
       done = fit_free(nullptr, nullptr, true, fitted);
     }
     if (!done) {
@@ -282,6 +349,13 @@ private:
     huber_weights(residual, n_, s_.huber_scale, scratch_, robust_.data());
   }
 
+  // reweight(w_.m), its median known
+  void reweight_magnitudes()
+  {
+    huber_weights_below(
+      w_.m, n_, huber_limit(median_magnitude_, s_.huber_scale), robust_.data());
+  }
+
   void fit_weights()
   {
     for (int64_t i = 0; i < n_; ++i) {
@@ -301,11 +375,11 @@ private:
     stats.aa = std::move(known.aa);
     stats.am = std::move(known.ar);
     stats.total = known.total;
-    stats.ga.assign(9 * cells, 0.0);
+    stats.ga.resize(9 * cells);
     const double * a = w_.a_rows;
     const double * g = w_.g_rows;
     for (int64_t c = 0; c < cells; ++c) {
-      double * sum = stats.ga.data() + 9 * c;
+      double sum[9] = {0.0};  // in registers: a store per flow would alias g and a
       for (int64_t i = w_.starts[c]; i < flows_.end(c); ++i) {
         const double weight = fit_weight_[i];
         for (int k = 0; k < 3; ++k) {
@@ -315,6 +389,7 @@ private:
           sum[3 * k + 2] += gk * a[2 * n_ + i] * weight;
         }
       }
+      std::copy(sum, sum + 9, stats.ga.begin() + 9 * c);
     }
     rotation_sums(stats.gg, stats.gm, stats.h0);
   }
@@ -323,19 +398,20 @@ private:
   // (6 distinct entries), the normal equations of the rotation-only fit.
   void rotation_sums(double gg[9], double gm[3], double h[6]) const
   {
-    std::fill(gg, gg + 9, 0.0);
-    std::fill(gm, gm + 3, 0.0);
+    double sum_gg[9] = {0.0}, sum_gm[3] = {0.0};  // local: kept in registers
     const double * g = w_.g_rows;
     for (int64_t i = 0; i < n_; ++i) {
       const double weight = fit_weight_[i];
       const double wg[3] = {g[i] * weight, g[n_ + i] * weight, g[2 * n_ + i] * weight};
       for (int p = 0; p < 3; ++p) {
         for (int q = 0; q < 3; ++q) {
-          gg[3 * p + q] += wg[p] * g[q * n_ + i];
+          sum_gg[3 * p + q] += wg[p] * g[q * n_ + i];
         }
-        gm[p] += wg[p] * w_.m[i];
+        sum_gm[p] += wg[p] * w_.m[i];
       }
     }
+    std::copy(sum_gg, sum_gg + 9, gg);
+    std::copy(sum_gm, sum_gm + 3, gm);
     const double regular = 1e-12 * (gg[0] + gg[4] + gg[8]);
     const double sym[6] = {gg[0] + regular, gg[4] + regular, gg[8] + regular, gg[1], gg[2],
       gg[5]};
@@ -348,7 +424,7 @@ private:
   // return false when it fails.
   bool fit_free(const Vec3 * start, const Vec3 * rotation, bool check, Fit & fit)
   {
-    reweight(w_.m);  // caps gross outliers before any fit
+    reweight_magnitudes();  // caps gross outliers before any fit
     const int last = s_.robust_iterations;
     Vec3 direction = start ? *start : Vec3{};
     bool have = start != nullptr;
@@ -466,7 +542,7 @@ private:
   // (Huber-capped); leaves the Huber weights at 1.
   Vec3 rotation_only()
   {
-    reweight(w_.m);
+    reweight_magnitudes();
     fit_weights();
     double gg[9], gm[3], h[6];
     rotation_sums(gg, gm, h);
@@ -481,7 +557,7 @@ private:
   const Flows flows_;
   const FreeSettings & s_;
   int64_t n_;
-  double limit_ = 0.0;
+  double limit_ = 0.0, median_magnitude_ = 0.0;
   FreeStats first_;
   bool have_first_ = false;
   std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_;
