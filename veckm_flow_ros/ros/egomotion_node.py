@@ -21,10 +21,16 @@ Subscriptions
                     [px/s]; validity, or else confidence, [0..1] weights the flows when
                     present). Any cloud with these float32 fields is accepted. Taken as raw
                     CDR by a receive thread (rclpy's executor cost ~1 ms of CPU per message).
+                    Refused and counted (docs/egomotion_node.md): flows with a t outside
+                    -max_flow_age_s..+window_s of the stamp, a weight outside 0..1, u, v
+                    not finite, a position outside the calibration; clouds beyond
+                    max_flows_per_message are thinned.
     ~/camera_info   sensor_msgs/msg/CameraInfo    best effort, keep last 1 (matches any
                     publisher): K, D with distortion_model plumb_bob or equidistant. The last
-                    valid message is used; a bad one (zero focal length, wrong D length, ...)
-                    is logged, counted and ignored. camera_yaml gives one before it arrives.
+                    valid message is used; a bad one (zero or implausible focal length,
+                    wrong D length, a size the flows do not fit, ...) is logged, counted and
+                    ignored. camera_yaml gives one before it arrives. The per-pixel tables
+                    of a new calibration are built on a thread of their own.
     ~/imu           sensor_msgs/msg/Imu           best effort, keep last 200 (only when
                     use_imu): angular_velocity [rad/s] in the IMU frame, turned into the
                     camera optical frame with imu_rotation_xyzw and shifted in time by
@@ -32,7 +38,10 @@ Subscriptions
                     this package is tested on). Taken as raw CDR by a receive thread, all
                     waiting messages every IMU_RECEIVE_PERIOD_S (an IMU at 200-1000 Hz
                     through the executor cost more than the flow). Without samples covering a
-                    window the angular velocity is estimated from the flow.
+                    window the angular velocity is estimated from the flow. Samples beyond
+                    imu_max_rate_rad_s, of another frame_id than imu_frame_id or stamped
+                    seconds away from the flow are refused and counted; a gyroscope that
+                    disagrees with the flow's rotation is not used.
 
 Publications (reliable, volatile, keep last 10; published as serialized CDR, ros/cdr.py),
 one message each per window of window_s, header.stamp = the window centre (flow time),
@@ -90,7 +99,8 @@ from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.runtime import limit_blas_threads
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
-from veckm_flow_ros.stream.egomotion_stream import EgomotionStream, read_flow_cloud
+from veckm_flow_ros.stream.egomotion_stream import (EgomotionStream, read_flow_cloud,
+                                                    REFUSAL_COUNTERS)
 
 EXECUTABLE = 'veckm_egomotion_node'
 NODE_NAME = 'veckm_egomotion'
@@ -116,8 +126,15 @@ IMU_RECEIVE_PERIOD_S = 0.01
 # 12-32 ms; a message after a quiet period is taken at once).
 FLOW_RECEIVE_PERIOD_S = 0.005
 # Counters whose increase in a diagnostics period makes the status WARN.
-WARNING_COUNTERS = ('bad_flow_messages', 'flows_with_bad_times', 'bad_camera_infos',
-                    'bad_imu_messages', 'dropped_windows', 'failed_windows', 'time_resets')
+WARNING_COUNTERS = ('bad_flow_messages', 'bad_camera_infos', 'bad_imu_messages',
+                    'dropped_windows', 'failed_windows', 'time_resets') + REFUSAL_COUNTERS
+# Why windows of a period gave no estimate, in the order /diagnostics names them.
+NO_ESTIMATE_REASONS = (('windows_with_camera_mismatch', 'calibration disagrees with the flows'),
+                       ('windows_without_camera', 'no camera calibration'),
+                       ('sparse_windows', 'windows with fewer than min_flows usable flows'),
+                       ('undetermined_windows', 'undetermined windows'),
+                       ('failed_windows', 'failed windows'),
+                       ('dropped_windows', 'dropped windows'))
 
 
 def ttc_image_cdr(grid_s: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
@@ -209,7 +226,8 @@ class EgomotionNode(Node):
         try:
             cloud = parse_pointcloud2_cdr(raw)
             columns = read_flow_cloud(cloud['fields'], cloud['point_step'], cloud['data'],
-                                      cloud['is_bigendian'], cloud['width'], cloud['height'])
+                                      cloud['is_bigendian'], cloud['width'], cloud['height'],
+                                      self.config['max_flows_per_message'])
         except ValueError as error:
             self.stream.counters.add(bad_flow_messages=1)
             self._throttled('error', f'~/flow message ignored: {error}')
@@ -222,7 +240,7 @@ class EgomotionNode(Node):
         try:
             camera = CameraModel.from_camera_info(msg.width, msg.height, msg.k, msg.d,
                                                   msg.distortion_model)
-            changed = self.stream.set_camera(camera)
+            changed = self.stream.set_camera(camera, block=False)  # tables: builder thread
         except ValueError as error:
             self.stream.counters.add(bad_camera_infos=1)
             keeping = ('keeping the previous calibration' if self.stream.camera is not None
@@ -230,7 +248,8 @@ class EgomotionNode(Node):
             self._throttled('error', f'~/camera_info ignored: {error}; {keeping}')
             return
         if changed:
-            self.get_logger().info(f'calibration from ~/camera_info: {camera!r}')
+            self.get_logger().info(f'calibration from ~/camera_info: {camera!r} (building its '
+                                   'tables)')
 
     # -- IMU receive thread ------------------------------------------------------------------
 
@@ -245,10 +264,10 @@ class EgomotionNode(Node):
         """Add the gyroscope samples of serialized Imu messages (a list) to the stream."""
         if not isinstance(batch, list):
             batch = [batch]
-        t_s, omega = [], []
+        t_s, omega, frame_ids = [], [], []
         for raw in batch:
             try:
-                stamp_ns, rate, covariance0 = parse_imu_angular_velocity_cdr(raw)
+                stamp_ns, rate, covariance0, frame_id = parse_imu_angular_velocity_cdr(raw)
             except ValueError as error:
                 rate, covariance0, problem = None, math.nan, str(error)
             else:
@@ -263,8 +282,9 @@ class EgomotionNode(Node):
                 continue
             t_s.append(stamp_ns * 1e-9)
             omega.append(rate)
+            frame_ids.append(frame_id)
         if t_s:
-            self.stream.add_gyro(np.array(t_s), np.array(omega))
+            self.stream.add_gyro(np.array(t_s), np.array(omega), frame_ids)
 
     # -- outputs (estimator thread) -----------------------------------------------------------
 
@@ -292,8 +312,7 @@ class EgomotionNode(Node):
         if source == 'gyro':
             return 'gyroscope (~/imu)'
         if source == 'flow':
-            return ('estimated from the flow (no ~/imu samples)' if self.stream.imu_samples == 0
-                    else 'estimated from the flow (~/imu does not cover the windows)')
+            return f'estimated from the flow ({self.stream.omega_reason})'
         return 'no window yet'
 
     def _on_diagnostics_timer(self):
@@ -302,17 +321,8 @@ class EgomotionNode(Node):
         cpu_now_s = time.process_time()
         process_cpu_percent = 100.0 * (cpu_now_s - self._cpu_start_s) / report['elapsed_s']
         self._cpu_start_s = cpu_now_s
-        level, message = DiagnosticStatus.OK, 'ok'
-        problems = [name for name in WARNING_COUNTERS if period[name]]
-        if problems:
-            level, message = DiagnosticStatus.WARN, 'problems: ' + ', '.join(
-                name.replace('_', ' ') for name in problems)
-        elif self.stream.camera is None:
-            level, message = DiagnosticStatus.WARN, 'no camera calibration (~/camera_info)'
-        elif period['messages'] == 0:
-            message = 'no input'
-        elif self.config['use_imu'] and self.stream.omega_source == 'flow':
-            message = 'ok, no IMU: angular velocity from the flow'
+        self.stream.refusals.flush()
+        level, message = self._status(period)
         received = period['window_flows_received']
         used_percent = (100.0 * period['window_flows_used'] / received if received
                         else math.nan)
@@ -332,8 +342,8 @@ class EgomotionNode(Node):
                for name in ('windows', 'estimates', 'undetermined_windows', 'sparse_windows',
                             'windows_without_camera', 'windows_without_gyro',
                             'dropped_windows', 'failed_windows', 'bad_flow_messages',
-                            'flows_with_bad_times', 'bad_camera_infos', 'bad_imu_messages',
-                            'camera_changes', 'gaps', 'time_resets', 'imu_resets')},
+                            'bad_camera_infos', 'bad_imu_messages', 'camera_changes', 'gaps',
+                            'time_resets', 'imu_resets') + REFUSAL_COUNTERS},
         }
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: egomotion',
                                   message=message,
@@ -347,6 +357,36 @@ class EgomotionNode(Node):
                 f'{report["estimates_per_s"]:.1f} estimates/s, window compute p50 '
                 f'{report["compute_p50_ms"]:.1f} ms p99 {report["compute_p99_ms"]:.1f} ms, '
                 f'{message}', period_s=10.0)
+
+    def _status(self, period):
+        """
+        Return the diagnostics (level, message) of a period: WARN while input is refused or
+        dropped, while flows arrive but no estimate comes out (saying why), or the gyroscope
+        is not used for a reason other than its absence.
+        """
+        problems = [name for name in WARNING_COUNTERS if period[name]]
+        refused = sum(period[name] for name in REFUSAL_COUNTERS if name.startswith('flows'))
+        if not period['estimates'] and (period['windows'] or (
+                period['flows'] and refused >= period['flows'])):
+            reasons = [text for name, text in NO_ESTIMATE_REASONS if period[name]]
+            if refused >= period['flows'] > 0:
+                reasons.append('every flow refused')
+            return DiagnosticStatus.WARN, 'no estimates: ' + ', '.join(reasons + [
+                name.replace('_', ' ') for name in problems if period[name]
+                and name not in dict(NO_ESTIMATE_REASONS)])
+        if problems:
+            return DiagnosticStatus.WARN, 'problems: ' + ', '.join(
+                name.replace('_', ' ') for name in problems)
+        if self.stream.camera is None:
+            return DiagnosticStatus.WARN, 'no camera calibration (~/camera_info)'
+        if period['messages'] == 0:
+            return DiagnosticStatus.OK, 'no input'
+        if self.config['use_imu'] and self.stream.omega_source == 'flow':
+            if self.stream.imu_samples == 0 and not self.stream.gyro_monitor.reason:
+                return DiagnosticStatus.OK, 'ok, no IMU: angular velocity from the flow'
+            return DiagnosticStatus.WARN, (f'gyroscope not used: {self.stream.omega_reason}; '
+                                           'angular velocity from the flow')
+        return DiagnosticStatus.OK, 'ok'
 
     # -- shutdown -----------------------------------------------------------------------------
 

@@ -19,6 +19,10 @@ import sys
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+# rcl's errors (rclpy.init with a missing --params-file): the C extension's exception type.
+RCLError = _rclpy.RCLError
 
 
 def run_node(make_node, executable: str, args=None) -> int:
@@ -33,7 +37,13 @@ def run_node(make_node, executable: str, args=None) -> int:
         # context down and the executor returns, instead of a KeyboardInterrupt landing at any
         # bytecode (inside rclpy's executor it leaves half-built Tasks behind).
         signal.signal(signal.SIGINT, lambda signum, frame: None)
-    rclpy.init(args=args)
+    try:
+        rclpy.init(args=args)
+    except RCLError as error:  # a missing or malformed --params-file, bad --ros-args
+        # rcl's message ends in source locations (', at /project/src/...'): not the user's.
+        message = ' '.join(str(error).split()).split(', at /')[0]
+        print(f'{executable}: error: {message}', file=sys.stderr)
+        return 1
     node = None
     try:
         node = make_node()
