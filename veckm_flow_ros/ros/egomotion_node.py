@@ -238,6 +238,7 @@ class EgomotionNode(Node):
 
     def _on_camera_info(self, msg: CameraInfo):
         try:
+            self.stream.check_size(msg.width, msg.height)  # before any per-pixel work
             camera = CameraModel.from_camera_info(msg.width, msg.height, msg.k, msg.d,
                                                   msg.distortion_model)
             changed = self.stream.set_camera(camera, block=False)  # tables: builder thread

@@ -225,12 +225,7 @@ class EgomotionStream:
         node's executor must not stall), the newest pending camera winning. Until they are
         ready, windows keep the previous calibration.
         """
-        max_width, max_height = (self.config['max_sensor_width_px'],
-                                 self.config['max_sensor_height_px'])
-        if camera.width > max_width or camera.height > max_height:
-            raise ValueError(f'camera size {camera.width}x{camera.height} px exceeds '
-                             f'max_sensor_width_px x max_sensor_height_px ({max_width}x'
-                             f'{max_height} px)')
+        self.check_size(camera.width, camera.height)
         current = self._accepted_camera
         if current is not None and (
                 current.width == camera.width and current.height == camera.height
@@ -260,6 +255,14 @@ class EgomotionStream:
                 self._builder.start()
             self._build.notify()
         return True
+
+    def check_size(self, width: int, height: int):
+        """Raise ValueError when a camera size exceeds max_sensor_width/height_px."""
+        max_width, max_height = (self.config['max_sensor_width_px'],
+                                 self.config['max_sensor_height_px'])
+        if width > max_width or height > max_height:
+            raise ValueError(f'camera size {width}x{height} px exceeds max_sensor_width_px x '
+                             f'max_sensor_height_px ({max_width}x{max_height} px)')
 
     def calibration_pending(self) -> bool:
         """Whether an accepted calibration's tables are still being built."""
