@@ -20,6 +20,7 @@ coming, nothing derived from refused input is published, every refusal is counte
 in the log, and memory stays bounded by the parameters.
 """
 
+import re
 import time
 import tracemalloc
 
@@ -342,3 +343,27 @@ def test_backwards_imu_stamps_are_named():
     assert stream.counters.totals['imu_samples_out_of_order'] == 49
     assert 'imu samples out of order (stamps not after the previous sample' in (
         refusal_lines(stream, recorder)[0])
+
+
+@pytest.mark.parametrize('rates, message_text', [
+    (np.nan, r'211 of 211 gyroscope samples are not finite or beyond \+-34.202 rad/s'),
+    (np.degrees(0.7), r'211 of 211 .* first at t = -0.010000 s: \[40.1\d+, 0.0, 0.0\]'),
+])
+def test_the_cli_refuses_an_unusable_gyroscope_file(tmp_path, capsys, rates, message_text):
+    from veckm_flow_ros.cli import main
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / 'events.npz', t=np.sort(rng.uniform(0.0, 0.12, 1000)),
+             x=rng.integers(0, 346, 1000).astype(np.uint16),
+             y=rng.integers(0, 260, 1000).astype(np.uint16),
+             p=rng.integers(0, 2, 1000).astype(np.uint8), width=346, height=260)
+    CAMERA.to_yaml(tmp_path / 'camera.yaml')
+    t = np.arange(-0.01, 0.2, 0.001)
+    np.savez(tmp_path / 'gyro.npz', t=t, wx=np.full_like(t, rates), wy=np.zeros_like(t),
+             wz=np.zeros_like(t))
+    assert main(['egomotion', '--events', str(tmp_path / 'events.npz'), '--camera-info',
+                 str(tmp_path / 'camera.yaml'), '--gyro', str(tmp_path / 'gyro.npz'),
+                 '--out', str(tmp_path / 'ego.npz'), '--quiet']) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('veckm-flow egomotion: error: '), lines
+    assert re.search(message_text, lines[0]), lines[0]
+    assert not (tmp_path / 'ego.npz').exists()
