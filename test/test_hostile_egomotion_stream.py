@@ -204,6 +204,20 @@ def test_a_gyroscope_in_deg_s_disagrees_with_the_flow_and_is_not_used():
     assert stream.counters.totals['windows_gyro_disagrees'] == 0
 
 
+def test_a_gyroscope_switching_to_deg_s_mid_stream_is_caught_within_two_windows():
+    stream, recorder = make_stream()
+    stream.add_flow(*message(0))
+    _gyro(stream, OMEGA, stop_s=5.9)            # 30 windows of a correct gyroscope,
+    _gyro(stream, np.degrees(OMEGA), start_s=5.9, stop_s=6.5)  # then deg/s
+    for index in range(1, 150):
+        stream.add_flow(*message(index))
+        compute_all(stream)
+    from_gyro = [estimate.omega_from_gyro for estimate, _ in recorder.estimates]
+    switch = next(i for i, (_, window) in enumerate(recorder.estimates) if window.t1_s > 5.9)
+    assert all(from_gyro[:switch])
+    assert not any(from_gyro[switch + 2:]), from_gyro[switch:]  # two windows to be sure
+
+
 # ---- 4. an IMU outage ------------------------------------------------------------------------
 
 

@@ -96,9 +96,12 @@ class GyroMonitor:
     """
     Whether the gyroscope agrees with the flow's own rotation estimate.
 
-    check_due(): whether the next gyro window should also be solved without the gyroscope
-    (every window for the first CHECKS_AT_START windows of trust, then every CHECK_EVERY);
-    record(omega_gyro, omega_flow) -> True when this comparison changed the trust. A
+    check_due(omega_gyro): whether this gyro window should also be solved without the
+    gyroscope: the first CHECKS_AT_START windows of trust, every CHECK_EVERY-th, after a
+    disagreement, and when the gyroscope's rate changed by more than the disagreement
+    margin since the last comparison (rates switching to deg/s or to another IMU are
+    caught within two windows); record(omega_gyro, omega_flow) -> True when this comparison
+    changed the trust. A
     trusted gyroscope becomes untrusted after 2 disagreements in the last 3 comparisons,
     an untrusted one is trusted again after AGREEMENTS_TO_TRUST agreeing windows in a row.
     """
@@ -113,17 +116,23 @@ class GyroMonitor:
         self._recent = []
         self._agreements = 0
         self._gyro_windows = 0
+        self._checked = None  # the gyroscope's rate at the last comparison
 
-    def check_due(self) -> bool:
+    def check_due(self, omega_gyro) -> bool:
         self._gyro_windows += 1
+        checked = self._checked
         return (self._gyro_windows <= self.CHECKS_AT_START
-                or self._gyro_windows % self.CHECK_EVERY == 0)
+                or self._gyro_windows % self.CHECK_EVERY == 0
+                or (self._recent and not self._recent[-1]) or checked is None
+                or float(np.linalg.norm(np.asarray(omega_gyro) - checked))
+                > DISAGREEMENT_RAD_S + DISAGREEMENT_SHARE * float(np.linalg.norm(checked)))
 
     def record(self, omega_gyro, omega_flow) -> bool:
         omega_gyro = np.asarray(omega_gyro, np.float64)
         omega_flow = np.asarray(omega_flow, np.float64)
         if not (np.all(np.isfinite(omega_gyro)) and np.all(np.isfinite(omega_flow))):
             return False
+        self._checked = omega_gyro
         difference = float(np.linalg.norm(omega_gyro - omega_flow))
         flow_rate = float(np.linalg.norm(omega_flow))
         agrees = difference <= DISAGREEMENT_RAD_S + DISAGREEMENT_SHARE * flow_rate

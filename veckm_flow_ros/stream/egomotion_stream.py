@@ -487,7 +487,7 @@ class EgomotionStream:
                                else (None, 'use_imu false'))
         estimate = None
         monitor = self.gyro_monitor
-        if omega_rad_s is not None and (not monitor.trusted or monitor.check_due()):
+        if omega_rad_s is not None and (not monitor.trusted or monitor.check_due(omega_rad_s)):
             # The flow's own rotation, to tell a gyroscope in the wrong unit, axes or frame.
             estimate = estimator.estimate(window.x, window.y, window.u, window.v,
                                           weight=window.weight,
