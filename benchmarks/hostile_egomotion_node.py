@@ -123,7 +123,7 @@ def huge_cloud(points):
 
 
 def first(count, change):
-    """A hook that changes the first `count` messages only."""
+    """Return a hook that changes the first `count` messages only."""
     state = {'left': count}
 
     def hook(message):

@@ -38,8 +38,7 @@ from sensor_msgs.msg import Imu  # noqa: E402
 
 from conftest import ROS_DOMAIN_ID  # noqa: E402, I100
 from test_egomotion_node import (camera_info, FORWARD, harness_factory,  # noqa: E402, F401
-                                 MESSAGE_S)
-from test_egomotion_stream import CAMERA  # noqa: E402
+                                 MESSAGE_S, T0_NS)
 from veckm_flow_ros.core.camera import CameraModel  # noqa: E402
 from veckm_flow_ros.ros.messages import stamp_from_ns  # noqa: E402
 
@@ -103,8 +102,7 @@ def test_garbage_gyroscope_never_reaches_the_outputs(harness_factory, capfd):  #
     assert 'refused input: ' in err and 'imu samples out of range ([0.0, 1e+300, 0.0] rad/s' in err
 
 
-def test_a_gyroscope_in_deg_s_is_not_used_and_the_level_says_why(harness_factory,  # noqa: F811
-                                                                  capfd):
+def test_a_gyroscope_in_deg_s_is_not_used_and_warned(harness_factory, capfd):  # noqa: F811
     harness = harness_factory(diagnostics_period_s=0.2)
     harness.publish_camera_info(camera_info())
     velocity, omega = FORWARD
@@ -116,8 +114,9 @@ def test_a_gyroscope_in_deg_s_is_not_used_and_the_level_says_why(harness_factory
         angular = twist.twist.angular
         assert np.linalg.norm([angular.x, angular.y, angular.z]) < 1.0  # the flow's
     assert harness.spin_until(lambda: any(
-        status.level == DiagnosticStatus.WARN and status.message.startswith(
-            "gyroscope not used: the gyroscope") or 'windows gyro disagrees' in status.message
+        status.level == DiagnosticStatus.WARN and (
+            status.message.startswith('gyroscope not used: the gyroscope')
+            or 'windows gyro disagrees' in status.message)
         for status, _ in statuses(harness)), 5.0)
     assert "disagrees with the flow's rotation" in capfd.readouterr().err
 
@@ -145,8 +144,7 @@ def test_all_nan_flows_raise_the_level_and_are_named(harness_factory, capfd):  #
     assert 'refused input: 1000 flows with bad values (u, v = nan, 0 px/s)' in err
 
 
-def test_camera_info_of_another_size_than_the_flows_is_refused(harness_factory,  # noqa: F811
-                                                               capfd):
+def test_camera_info_of_another_size_is_refused(harness_factory, capfd):  # noqa: F811
     harness = harness_factory()
     harness.publish_camera_info(camera_info())
     velocity, omega = FORWARD
@@ -198,3 +196,24 @@ def test_bad_start_up_files_give_one_line(tmp_path, case):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith('veckm_egomotion_node: error: '), lines
     assert str(tmp_path) in lines[0]
+
+
+def test_flow_messages_lost_before_the_node_took_them_are_counted(harness_factory):  # noqa
+    from veckm_flow_ros.eventio.flow_cloud import make_flow_points
+    from veckm_flow_ros.ros.cdr import pointcloud2_cdr
+    harness = harness_factory()
+    points = make_flow_points(np.full(10, 100.0), np.full(10, 100.0), np.zeros(10),
+                              np.ones(10), np.zeros(10))
+    harness.publish_flow(pointcloud2_cdr(points, T0_NS, 'camera'))  # the node knows us
+    burst = 2000  # far beyond the subscription's keep-last 10 between two takes
+    for index in range(1, burst + 1):
+        harness.flow_pub.publish(pointcloud2_cdr(points, T0_NS + index * 100_000, 'camera'))
+    # One more after the burst, so that a lost tail shows as a gap too.
+    harness.flow_messages = 0
+    totals = harness.node.stream.counters.totals
+    harness.flow_pub.publish(pointcloud2_cdr(points, T0_NS + (burst + 1) * 100_000, 'camera'))
+    sent = burst + 2
+    assert harness.spin_until(lambda: totals['messages'] + totals['flow_messages_lost']
+                              >= sent, 20.0), (totals['messages'], totals['flow_messages_lost'])
+    assert totals['messages'] + totals['flow_messages_lost'] == sent
+    assert totals['flow_messages_lost'] > 0

@@ -66,13 +66,13 @@ def logged(recorder, text):
 
 
 def refusal_lines(stream, recorder):
-    """The 'refused input' lines: the first at once, the rest in one line (flushed here)."""
+    """Return the 'refused input' lines: the first at once, the rest in one (flushed here)."""
     stream.refusals.flush(force=True)
     return logged(recorder, 'refused input')
 
 
 def reference_directions(indices=range(10)):
-    """The directions of the same windows without any bad input (no gyroscope)."""
+    """Return the directions of the same windows without bad input (no gyroscope)."""
     stream, recorder = make_stream()
     for index in indices:
         stream.add_flow(*message(index))

@@ -31,9 +31,11 @@ BLOCK_PIXELS = 1 << 16
 
 def build_pixel_map(camera, cell_px: int, ttc_grid, block_pixels: int = BLOCK_PIXELS):
     """
-    Return (table, num_cells): table (height * width, 8) float32 in row-major pixel order
-    (x, y, M^T (4), cell, region); num_cells the depth cells (a pixel without normalized
-    coordinates has cell num_cells). ttc_grid: (rows, cols) of the time-to-contact regions.
+    Return (table, num_cells) of a camera, built in blocks of block_pixels.
+
+    table: (height * width, 8) float32 in row-major pixel order (x, y, M^T (4), cell,
+    region); num_cells: the depth cells of cell_px (a pixel without normalized coordinates
+    has cell num_cells); ttc_grid: (rows, cols) of the time-to-contact regions.
     """
     width, height = camera.width, camera.height
     cols = -(-width // cell_px)

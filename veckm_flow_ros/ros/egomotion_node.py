@@ -24,7 +24,8 @@ Subscriptions
                     Refused and counted (docs/egomotion_node.md): flows with a t outside
                     -max_flow_age_s..+window_s of the stamp, a weight outside 0..1, u, v
                     not finite, a position outside the calibration; clouds beyond
-                    max_flows_per_message are thinned.
+                    max_flows_per_message are thinned; messages lost before they were
+                    taken (publication sequence gaps) are counted.
     ~/camera_info   sensor_msgs/msg/CameraInfo    best effort, keep last 1 (matches any
                     publisher): K, D with distortion_model plumb_bob or equidistant. The last
                     valid message is used; a bad one (zero or implausible focal length,
@@ -180,7 +181,8 @@ class EgomotionNode(Node):
             callback_group=rclpy_compat.OwnThreadCallbackGroup())
         self._flow_receiver = SerializedReceiver(
             self, self.flow_sub, PointCloud2, self._on_flow_raw, FLOW_RECEIVE_PERIOD_S,
-            '~/flow', 'no more estimates', name='veckm_egomotion_flow')
+            '~/flow', 'no more estimates', name='veckm_egomotion_flow', with_info=True)
+        self._flow_sequence = {}  # publisher gid -> its last publication sequence number
         self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
                                                         self._on_camera_info, CAMERA_INFO_QOS)
         self._imu_receiver = None
@@ -221,8 +223,10 @@ class EgomotionNode(Node):
 
     # -- ~/flow receive thread ---------------------------------------------------------------
 
-    def _on_flow_raw(self, raw: bytes):
+    def _on_flow_raw(self, raw: bytes, info=None):
         """Add one serialized ~/flow PointCloud2 to the stream (malformed: counted, logged)."""
+        if info is not None:
+            self._count_lost_flow_messages(info)
         try:
             cloud = parse_pointcloud2_cdr(raw)
             columns = read_flow_cloud(cloud['fields'], cloud['point_step'], cloud['data'],
@@ -233,6 +237,25 @@ class EgomotionNode(Node):
             self._throttled('error', f'~/flow message ignored: {error}')
             return
         self.stream.add_flow(cloud['stamp_ns'], columns, cloud['frame_id'])
+
+    def _count_lost_flow_messages(self, info: dict):
+        """
+        Count the ~/flow messages dropped before the receive thread took them.
+
+        A gap in a publisher's publication sequence numbers: messages its reliable writer
+        sent but this subscription's history (keep last 10) replaced before they were taken
+        (e.g. 10 kHz of small clouds between two wake-ups of the receive thread).
+        """
+        sequence = info.get('publication_sequence_number')
+        if not sequence:  # 0 or missing: an rmw that does not tell
+            return
+        key = repr(info.get('publisher_gid'))
+        last = self._flow_sequence.get(key)
+        self._flow_sequence[key] = sequence
+        if last is not None and sequence > last + 1:
+            self.stream.refused('flow_messages_lost', sequence - last - 1,
+                                f'publication sequence {last} -> {sequence} (~/flow history of '
+                                f'{FLOW_QOS.depth} full between two takes)')
 
     # -- inputs (executor thread) -------------------------------------------------------------
 
@@ -361,9 +384,10 @@ class EgomotionNode(Node):
 
     def _status(self, period):
         """
-        Return the diagnostics (level, message) of a period: WARN while input is refused or
-        dropped, while flows arrive but no estimate comes out (saying why), or the gyroscope
-        is not used for a reason other than its absence.
+        Return the diagnostics (level, message) of a period.
+
+        WARN while input is refused or dropped, while flows arrive but no estimate comes out
+        (saying why), or while the gyroscope is not used for a reason other than its absence.
         """
         problems = [name for name in WARNING_COUNTERS if period[name]]
         refused = sum(period[name] for name in REFUSAL_COUNTERS if name.startswith('flows'))

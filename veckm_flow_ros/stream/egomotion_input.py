@@ -84,9 +84,11 @@ def screen_flows(columns, max_before_s: float, max_after_s: float, size=None):
 
 def gyro_sample_problems(omega_rad_s: np.ndarray, max_rate_rad_s: float) -> np.ndarray:
     """
-    Return a boolean (G,) mask of the samples to refuse: any rate not finite or at or beyond
-    SATURATION_SHARE of the full scale max_rate_rad_s (a saturated sensor reads its full
-    scale; rates in deg/s or corrupt values exceed it).
+    Return a boolean (G,) mask of the gyroscope samples (G, 3) [rad/s] to refuse.
+
+    Refused: any rate not finite or at or beyond SATURATION_SHARE of the full scale
+    max_rate_rad_s (a saturated sensor reads its full scale; rates in deg/s or corrupt
+    values exceed it).
     """
     limit = SATURATION_SHARE * max_rate_rad_s
     return ~np.all(np.abs(omega_rad_s) < limit, axis=1)  # NaN compares False

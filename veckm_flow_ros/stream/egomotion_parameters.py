@@ -39,7 +39,7 @@ EGOMOTION_PARAMETERS = (
                   'fills, the estimator thins it evenly to this many.', (100, 1_000_000),
                   read_only=True),
     ParameterSpec('max_flow_age_s', 0.2, 'Oldest flow accepted [s before its header stamp]: '
-                  'a flow whose t lies outside -max_flow_age_s..+window_s of its message\'s '
+                  "a flow whose t lies outside -max_flow_age_s..+window_s of its message's "
                   'stamp is refused (counted): one corrupt time would move the window or mix '
                   "old motion into it. The flow node's flows lie within one block (at most "
                   '0.1 s) before the stamp.', (0.001, 10.0), read_only=True),
@@ -83,7 +83,7 @@ EGOMOTION_PARAMETERS = (
                   '<camera_optical_frame> <imu_frame>`.', read_only=True),
     ParameterSpec('imu_max_rate_rad_s', 34.9, "The gyroscope's full scale [rad/s] (34.9 = "
                   '2000 deg/s): samples with a rate at or beyond 0.98 of it (saturated, deg/s, '
-                  'corrupt) are refused (counted); set it to the sensor\'s range.',
+                  "corrupt) are refused (counted); set it to the sensor's range.",
                   (0.1, 1000.0), read_only=True),
     ParameterSpec('imu_frame_id', '', 'frame_id of the gyroscope on ~/imu; samples of other '
                   'frames (a second IMU on the topic) are refused (counted). Empty = the '

@@ -49,12 +49,10 @@ estimator thread, in window order; log(level, message) receives throttled proble
 """
 
 import collections
-from dataclasses import dataclass
-import functools
 import math
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -78,7 +76,7 @@ MISMATCH_SHARE = 0.1
 
 
 # Counters of refused input (docs/egomotion_node.md says why each is refused).
-REFUSAL_COUNTERS = ('flows_with_bad_times', 'flows_with_bad_values', 'flows_with_bad_weights',
+REFUSAL_COUNTERS = ('flow_messages_lost', 'flows_with_bad_times', 'flows_with_bad_values', 'flows_with_bad_weights',
                     'flows_outside_image', 'flows_over_message_cap',
                     'windows_with_camera_mismatch', 'imu_samples_out_of_range',
                     'imu_samples_other_frame', 'imu_samples_off_time',
@@ -273,7 +271,7 @@ class EgomotionStream:
         self.counters.add(camera_changes=1)
 
     def _build_tables(self):
-        """The builder thread: build the newest pending camera's tables, then install them."""
+        """Build the newest pending camera's tables, then install them (builder thread)."""
         while True:
             with self._build:
                 while self._build_pending is None and not self._stop:
@@ -291,7 +289,8 @@ class EgomotionStream:
                 self._install(camera, estimator)
                 self._log('info', f'calibration in use: {camera!r}')
 
-    def _refused(self, counter: str, count: int, example: str):
+    def refused(self, counter: str, count: int, example: str):
+        """Count `count` refused (or lost) inputs of REFUSAL_COUNTERS' `counter`, name them."""
         self.counters.add(**{counter: count})
         self.refusals.add(counter, count, example)
         if counter.startswith('imu_'):
@@ -325,7 +324,7 @@ class EgomotionStream:
             dropped = self._gyro.dropped
             self._gyro.add(t_s, omega_rad_s)
             if self._gyro.dropped != dropped:
-                self._refused('imu_samples_out_of_order', self._gyro.dropped - dropped,
+                self.refused('imu_samples_out_of_order', self._gyro.dropped - dropped,
                               f'stamps not after the previous sample, e.g. t = {t_s[0]:.6f} s')
             newest = float(t_s.max())
             self._newest_imu_s = newest if self._newest_imu_s is None else max(
@@ -342,7 +341,7 @@ class EgomotionStream:
         max_rate = float(self.config['imu_max_rate_rad_s'])
         bad = gyro_sample_problems(omega_rad_s, max_rate)
         if bad.any():
-            self._refused('imu_samples_out_of_range', int(np.count_nonzero(bad)),
+            self.refused('imu_samples_out_of_range', int(np.count_nonzero(bad)),
                           f'{omega_rad_s[np.argmax(bad)].tolist()} rad/s, full scale '
                           f'imu_max_rate_rad_s = {max_rate:g}')
         if frame_ids is not None:
@@ -353,7 +352,7 @@ class EgomotionStream:
             other = np.fromiter((frame != self._imu_frame for frame in frame_ids), bool,
                                 len(frame_ids)) & ~bad
             if other.any():
-                self._refused('imu_samples_other_frame', int(np.count_nonzero(other)),
+                self.refused('imu_samples_other_frame', int(np.count_nonzero(other)),
                               f'frame_id {frame_ids[int(np.argmax(other))]!r}, expected '
                               f'{self._imu_frame!r}')
             bad |= other
@@ -362,7 +361,7 @@ class EgomotionStream:
             offset_s = t_s + float(self.config['imu_time_offset_s']) - newest_flow_s
             off = ~(np.abs(offset_s) <= GYRO_HISTORY_S) & ~bad
             if off.any():
-                self._refused('imu_samples_off_time', int(np.count_nonzero(off)),
+                self.refused('imu_samples_off_time', int(np.count_nonzero(off)),
                               f'stamp {offset_s[np.argmax(off)]:+.3f} s from the newest '
                               '~/flow stamp (clock, imu_time_offset_s?)')
             bad |= off
@@ -382,12 +381,12 @@ class EgomotionStream:
         self.counters.add(messages=1, flows=received, gaps=windows.gaps - gaps,
                           time_resets=windows.time_resets - resets)
         if columns.capped:
-            self._refused('flows_over_message_cap', columns.capped,
+            self.refused('flows_over_message_cap', columns.capped,
                           f'a cloud of {received} points, max_flows_per_message = '
                           f'{self.config["max_flows_per_message"]}')
         refused = windows.last_refused
         for name, (count, example) in refused.items():
-            self._refused(name, count, example)
+            self.refused(name, count, example)
         outside = refused.get('flows_outside_image', (0,))[0]
         self._camera_mismatch = (
             f'camera size {camera.width}x{camera.height} px disagrees with the flows '
