@@ -83,8 +83,8 @@ EGOMOTION_PARAMETERS = (
                   '<camera_optical_frame> <imu_frame>`.', read_only=True),
     ParameterSpec('imu_max_rate_rad_s', 34.9, "The gyroscope's full scale [rad/s] (34.9 = "
                   '2000 deg/s): samples with a rate at or beyond 0.98 of it (saturated, deg/s, '
-                  "corrupt) are refused (counted); set it to the sensor's range.",
-                  (0.1, 1000.0), read_only=True),
+                  "corrupt) are refused (counted); set it to the sensor's range.", (0.1, 1000.0),
+                  read_only=True),
     ParameterSpec('imu_frame_id', '', 'frame_id of the gyroscope on ~/imu; samples of other '
                   'frames (a second IMU on the topic) are refused (counted). Empty = the '
                   'frame_id of the first accepted sample.', read_only=True),
