@@ -58,7 +58,8 @@ import numpy as np
 
 from veckm_flow_ros.core.egomotion import EgomotionEstimator, GyroBuffer
 from veckm_flow_ros.stream.counters import percentile, PeriodCounters, Throttle
-from veckm_flow_ros.stream.egomotion_input import gyro_sample_problems, GyroMonitor, Refusals
+from veckm_flow_ros.stream.egomotion_input import (gyro_sample_problems, GyroMonitor, Refusals,
+                                                   SATURATION_SHARE)
 from veckm_flow_ros.stream.egomotion_parameters import (EGOMOTION_PARAMETERS,
                                                         rotation_from_quaternion)
 from veckm_flow_ros.stream.flow_windows import (  # noqa: F401 - the stream's public names
@@ -76,8 +77,8 @@ MISMATCH_SHARE = 0.1
 
 
 # Counters of refused input (docs/egomotion_node.md says why each is refused).
-REFUSAL_COUNTERS = ('flow_messages_lost', 'flows_with_bad_times', 'flows_with_bad_values', 'flows_with_bad_weights',
-                    'flows_outside_image', 'flows_over_message_cap',
+REFUSAL_COUNTERS = ('flow_messages_lost', 'flows_with_bad_times', 'flows_with_bad_values',
+                    'flows_with_bad_weights', 'flows_outside_image', 'flows_over_message_cap',
                     'windows_with_camera_mismatch', 'imu_samples_out_of_range',
                     'imu_samples_other_frame', 'imu_samples_off_time',
                     'imu_samples_out_of_order', 'windows_gyro_disagrees')
@@ -325,7 +326,7 @@ class EgomotionStream:
             self._gyro.add(t_s, omega_rad_s)
             if self._gyro.dropped != dropped:
                 self.refused('imu_samples_out_of_order', self._gyro.dropped - dropped,
-                              f'stamps not after the previous sample, e.g. t = {t_s[0]:.6f} s')
+                             f'stamps not after the previous sample, e.g. t = {t_s[0]:.6f} s')
             newest = float(t_s.max())
             self._newest_imu_s = newest if self._newest_imu_s is None else max(
                 self._newest_imu_s, newest)
@@ -339,11 +340,25 @@ class EgomotionStream:
     def _screen_gyro(self, t_s, omega_rad_s, frame_ids):
         """Return the mask of samples to keep (None: all), counting and naming the others."""
         max_rate = float(self.config['imu_max_rate_rad_s'])
+        newest_flow_s = self._newest_flow_s
+        offset_s = float(self.config['imu_time_offset_s'])
+        # The common case in plain Python (an IMU batch holds 1-10 samples; numpy's calls cost
+        # more on so few): all rates finite and within the full scale (NaN compares False),
+        # one frame, times near the flow's.
+        limit = SATURATION_SHARE * max_rate
+        times = t_s.tolist()
+        if (all(-limit < rate < limit for rate in omega_rad_s.ravel().tolist())
+                and (frame_ids is None or (self._imu_frame is not None and frame_ids.count(
+                    self._imu_frame) == len(frame_ids)))
+                and (newest_flow_s is None or (
+                    abs(min(times) + offset_s - newest_flow_s) <= GYRO_HISTORY_S
+                    and abs(max(times) + offset_s - newest_flow_s) <= GYRO_HISTORY_S))):
+            return None
         bad = gyro_sample_problems(omega_rad_s, max_rate)
         if bad.any():
             self.refused('imu_samples_out_of_range', int(np.count_nonzero(bad)),
-                          f'{omega_rad_s[np.argmax(bad)].tolist()} rad/s, full scale '
-                          f'imu_max_rate_rad_s = {max_rate:g}')
+                         f'{omega_rad_s[np.argmax(bad)].tolist()} rad/s, full scale '
+                         f'imu_max_rate_rad_s = {max_rate:g}')
         if frame_ids is not None:
             if self._imu_frame is None and not bad.all():
                 self._imu_frame = frame_ids[int(np.argmin(bad))]
@@ -353,17 +368,16 @@ class EgomotionStream:
                                 len(frame_ids)) & ~bad
             if other.any():
                 self.refused('imu_samples_other_frame', int(np.count_nonzero(other)),
-                              f'frame_id {frame_ids[int(np.argmax(other))]!r}, expected '
-                              f'{self._imu_frame!r}')
+                             f'frame_id {frame_ids[int(np.argmax(other))]!r}, expected '
+                             f'{self._imu_frame!r}')
             bad |= other
-        newest_flow_s = self._newest_flow_s
         if newest_flow_s is not None:
-            offset_s = t_s + float(self.config['imu_time_offset_s']) - newest_flow_s
+            offset_s = t_s + offset_s - newest_flow_s
             off = ~(np.abs(offset_s) <= GYRO_HISTORY_S) & ~bad
             if off.any():
                 self.refused('imu_samples_off_time', int(np.count_nonzero(off)),
-                              f'stamp {offset_s[np.argmax(off)]:+.3f} s from the newest '
-                              '~/flow stamp (clock, imu_time_offset_s?)')
+                             f'stamp {offset_s[np.argmax(off)]:+.3f} s from the newest '
+                             '~/flow stamp (clock, imu_time_offset_s?)')
             bad |= off
         return ~bad if bad.any() else None
 
@@ -382,8 +396,8 @@ class EgomotionStream:
                           time_resets=windows.time_resets - resets)
         if columns.capped:
             self.refused('flows_over_message_cap', columns.capped,
-                          f'a cloud of {received} points, max_flows_per_message = '
-                          f'{self.config["max_flows_per_message"]}')
+                         f'a cloud of {received} points, max_flows_per_message = '
+                         f'{self.config["max_flows_per_message"]}')
         refused = windows.last_refused
         for name, (count, example) in refused.items():
             self.refused(name, count, example)
