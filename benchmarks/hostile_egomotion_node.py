@@ -26,7 +26,9 @@ case's start until 1.5 s after its bad input ended, the same from the end of the
 on ('after' - what the acceptance bounds: one window plus the queue's latency), twists
 whose angular velocity is beyond 5 rad/s or whose ~/min_time_to_contact is 0 or less, the
 median direction error of the case's twists, and the node's windows dropped. At the end the
-node's RSS (VmRSS) before the first case and after the last.
+node's RSS (VmRSS) before the first case and after the last. --node-fastdds-profile runs the
+node with a Fast DDS profile (config/fastdds_egomotion.xml: readers free each message once
+taken, so a huge ~/flow message does not stay in the node's memory).
 """
 
 import argparse
@@ -231,6 +233,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--cases', nargs='+', default=list(CASES), choices=list(CASES))
     parser.add_argument('--log', action='store_true', help="print the node's log at the end")
+    parser.add_argument('--node-fastdds-profile', default=None, metavar='XML',
+                        help='run the node with this Fast DDS profile and '
+                             'RMW_FASTRTPS_USE_QOS_FROM_XML=1 (e.g. config/fastdds_egomotion.xml)')
     args = parser.parse_args(argv)
     for name in bench.FASTDDS_PROFILE_VARIABLES:
         os.environ[name] = str(bench.PROFILE)
@@ -245,7 +250,12 @@ def main(argv=None):
         camera.to_yaml(camera_yaml)
         command = [sys.executable, '-m', 'veckm_flow_ros.ros.egomotion_node', '--ros-args',
                    '-r', f'__node:={bench.NODE_NAME}', '-p', f'camera_yaml:={camera_yaml}']
-        node = subprocess.Popen(command, cwd=bench.ROOT, stdout=subprocess.DEVNULL,
+        env = dict(os.environ)
+        if args.node_fastdds_profile:
+            env.update({name: str(pathlib.Path(args.node_fastdds_profile).resolve())
+                        for name in bench.FASTDDS_PROFILE_VARIABLES})
+            env['RMW_FASTRTPS_USE_QOS_FROM_XML'] = '1'
+        node = subprocess.Popen(command, cwd=bench.ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         try:
             bench.wait_for_node(probe, node)
