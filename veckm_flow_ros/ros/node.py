@@ -221,7 +221,7 @@ class VecKMFlowNode(Node):
         if (width > self.config['max_sensor_width_px']
                 or height > self.config['max_sensor_height_px']):
             return  # never: the front end drops larger packets (memory bound of the image)
-        from veckm_flow_ros.offline.visualize import render_flow_image
+        from veckm_flow_ros.core.flow_image import render_flow_image
         points = np.concatenate(chunks) if chunks else make_flow_points([], [], [], [], [])
         max_speed_px_s = self.config['image_max_speed_px_s'] or None
         bgr = render_flow_image(points['x'], points['y'], points['u'], points['v'], width,
