@@ -16,13 +16,15 @@
 
 import dataclasses
 
+from veckm_flow_ros.cli import add_command
+
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'train', help='train a normal-flow model on simulated events',
-        description='Simulate training scenes, encode a feature bank with the compiled '
-                    'encoder and train the MLP with the generalized-normal-flow loss. '
-                    'Resumable: rerun with --resume and the same work directory.')
+    parser = add_command(
+        subparsers, 'train', run, 'train a normal-flow model on simulated events',
+        'Simulate training scenes, encode a feature bank with the compiled '
+        'encoder and train the MLP with the generalized-normal-flow loss. '
+        'Resumable: rerun with --resume and the same work directory.')
     parser.add_argument('--out', required=True, help='output checkpoint (.npz)')
     parser.add_argument('--work-dir', default='train_work',
                         help='cache for sequences, feature bank and training state '
@@ -81,7 +83,6 @@ def register(subparsers):
     parser.add_argument('--name', default=None, help='model name stored in the checkpoint')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the training state in --work-dir')
-    parser.set_defaults(func=run)
 
 
 def run(args):
