@@ -104,6 +104,16 @@ def add_long_context_argument(parser, note: str = ''):
                              + (f'; {note}' if note else ''))
 
 
+def parse_benchmark_arguments(parser, argv=None):
+    """Parse a benchmark's arguments; a bad --long-context-below-px-s is a usage error."""
+    args = parser.parse_args(argv)
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
 def check_long_context_argument(args):
     """Raise ValueError naming --long-context-below-px-s unless it is in the node's range."""
     from veckm_flow_ros.core.estimator import check_long_context, MAX_LONG_CONTEXT_BELOW_PX_S

@@ -18,6 +18,19 @@ import dataclasses
 
 from veckm_flow_ros.cli import add_command
 
+# Recipe values a run may override (default None: the recipe's): flag, type, help.
+RECIPE_OVERRIDES = (
+    ('--epochs', int, 'override the epochs'),
+    ('--num-sequences', int, 'override the number of simulated training sequences'),
+    ('--batches-per-epoch', int, 'override the batches per epoch'),
+    ('--noise-target-fraction', float, 'background-noise targets (trained towards zero flow) '
+     'per signal target (default: the recipe value)'),
+    ('--noise-loss-weight', float, 'weight of the pull of noise targets towards zero flow'),
+    ('--max-speed-px-s', float, 'override the highest typical scene speed (log-uniform from '
+     '30 px/s; quick and full: 1500, full2: 3000)'),
+    ('--learning-rate', float, 'override the peak learning rate (default 2e-3)'),
+)
+
 
 def register(subparsers):
     parser = add_command(
@@ -40,11 +53,8 @@ def register(subparsers):
                              '(the shipped models); full2: full plus dense fine texture, zoom '
                              'with rotation and speeds up to 3000 px/s (model card)')
     parser.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
-    parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
-    parser.add_argument('--num-sequences', type=int, default=None,
-                        help='override the number of simulated training sequences')
-    parser.add_argument('--batches-per-epoch', type=int, default=None,
-                        help='override the batches per epoch')
+    for flag, value_type, help_text in RECIPE_OVERRIDES:
+        parser.add_argument(flag, type=value_type, default=None, help=help_text)
     parser.add_argument('--scenes3d', type=int, default=None, metavar='N',
                         help='add N 3D room scenes (simulate --scene 3d, all trajectories in '
                              'turn) to the 2D training sequences (default 0)')
@@ -52,18 +62,10 @@ def register(subparsers):
                         help='c4 (default): exactly equivariant to rotations by 90 degrees '
                              '(frequencies in orbits, MLP weights averaged over the group); '
                              'd4: also to flips; none: a plain MLP on independent frequencies')
-    parser.add_argument('--noise-target-fraction', type=float, default=None,
-                        help='background-noise targets (trained towards zero flow) per '
-                             'signal target (default: the recipe value)')
-    parser.add_argument('--noise-loss-weight', type=float, default=None,
-                        help='weight of the pull of noise targets towards zero flow')
     parser.add_argument('--init-model', default=None, metavar='MODEL',
                         help='fine-tune: start from this model (shipped name or .npz) instead '
                              'of random weights; it must have the same D, hidden size, '
                              'equivariance and frequencies (seed)')
-    parser.add_argument('--max-speed-px-s', type=float, default=None,
-                        help='override the highest typical scene speed (log-uniform from '
-                             '30 px/s; quick and full: 1500, full2: 3000)')
     parser.add_argument('--contrast-range', type=float, nargs=2, default=None,
                         metavar=('LOW', 'HIGH'),
                         help='override the texture contrast range of the scenes [log '
@@ -76,8 +78,6 @@ def register(subparsers):
                         metavar=('LOW', 'HIGH'),
                         help='override the range of the per-pixel threshold spread of the '
                              'random sensors [log intensity] (default 0.01 0.06)')
-    parser.add_argument('--learning-rate', type=float, default=None,
-                        help='override the peak learning rate (default 2e-3)')
     parser.add_argument('--threads', type=int, default=None,
                         help='torch CPU threads (default: torch decides)')
     parser.add_argument('--name', default=None, help='model name stored in the checkpoint')
