@@ -154,6 +154,7 @@ class Harness(NodeHarness):
         (status,) = self.diagnostics[index].status
         return status, {item.key: item.value for item in status.values}
 
+
 @pytest.fixture
 def harness_factory(ros_context):
     def make(**parameters):

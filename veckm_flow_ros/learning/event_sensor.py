@@ -40,7 +40,6 @@ class SensorConfig:
     time_resolution_ns: int = 1000
 
 
-
 @dataclass
 class PixelState:
     """

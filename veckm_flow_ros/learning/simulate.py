@@ -50,10 +50,10 @@ import numpy as np
 
 from veckm_flow_ros.eventio.events import EventArray
 # Re-exported: callers build sensors and textures through this module.
-from veckm_flow_ros.learning.event_sensor import (PixelState, SensorConfig,  # noqa: F401
-                                                  sensor_times_ns, with_background_noise)
+from veckm_flow_ros.learning.event_sensor import (PixelState, sensor_times_ns,  # noqa: F401
+                                                  SensorConfig, with_background_noise)
 from veckm_flow_ros.learning.textures import (blur, coords, make_texture,  # noqa: F401
-                                               TEXTURES)
+                                              TEXTURES)
 
 MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects', 'spiral')
 

@@ -28,8 +28,6 @@ TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings',
             'fine')
 
 
-
-
 def blur(image, sigma_px):
     """Periodic Gaussian blur through the FFT (no scipy needed)."""
     fy = np.fft.fftfreq(image.shape[0])[:, None]
@@ -64,7 +62,7 @@ def make_texture(kind, size, rng):
         sigma = rng.uniform(1.5, 6.0)
         image = _standardise(blur(rng.standard_normal((size, size)), sigma))
         image += rng.uniform(0.0, 0.7) * _standardise(blur(rng.standard_normal((size, size)),
-                                                            sigma * 4))
+                                                           sigma * 4))
         image = np.tanh(image / 2.5)
     elif kind == 'fine':
         # Fine-grained band-limited noise: grain of 0.5..1.5 px, so a moving texture makes
@@ -72,7 +70,7 @@ def make_texture(kind, size, rng):
         sigma = rng.uniform(0.5, 1.5)
         image = _standardise(blur(rng.standard_normal((size, size)), sigma))
         image += rng.uniform(0.0, 0.5) * _standardise(blur(rng.standard_normal((size, size)),
-                                                            sigma * 3))
+                                                           sigma * 3))
         image = np.tanh(image / rng.uniform(0.8, 2.0))
     elif kind == 'edges':
         # Piecewise-constant regions cut by random straight edges.
