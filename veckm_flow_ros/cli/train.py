@@ -116,6 +116,16 @@ def run(args):
             raise ValueError(f'{rule}, got {value}')
         overrides[key] = value
 
+    def override_range(keys, value, lowest, highest, flag):
+        """Set the recipe's (min, max) `keys` to a LOW HIGH option in [lowest, highest]."""
+        if value is None:
+            return
+        low, high = value
+        if not lowest <= low <= high <= highest:
+            raise ValueError(f'{flag} must be {lowest:g} <= LOW <= HIGH <= {highest:g} (log '
+                             f'intensity), got {low:g} {high:g}')
+        overrides.update(zip(keys, (low, high)))
+
     override('epochs', args.epochs)
     override('num_sequences', args.num_sequences)
     override('scenes3d', args.scenes3d, lambda v: 0 <= v <= 100000,
@@ -133,19 +143,11 @@ def run(args):
         overrides['init_model'] = args.init_model
     override('speed_max_px_s', args.max_speed_px_s, lambda v: 30 <= v <= 20000,
              '--max-speed-px-s must be in [30, 20000] px/s')
-    if args.contrast_range is not None:
-        low, high = args.contrast_range
-        if not 0.01 <= low <= high <= 10:
-            raise ValueError('--contrast-range must be 0.01 <= LOW <= HIGH <= 10 (log '
-                             f'intensity), got {low:g} {high:g}')
-        overrides.update(contrast_min=low, contrast_max=high)
+    override_range(('contrast_min', 'contrast_max'), args.contrast_range, 0.01, 10,
+                   '--contrast-range')
     override('contrast_distribution', args.contrast_distribution)
-    if args.threshold_sigma_range is not None:
-        low, high = args.threshold_sigma_range
-        if not 0 <= low <= high <= 0.5:
-            raise ValueError('--threshold-sigma-range must be 0 <= LOW <= HIGH <= 0.5 (log '
-                             f'intensity), got {low:g} {high:g}')
-        overrides.update(threshold_sigma_min=low, threshold_sigma_max=high)
+    override_range(('threshold_sigma_min', 'threshold_sigma_max'), args.threshold_sigma_range,
+                   0, 0.5, '--threshold-sigma-range')
     override('learning_rate', args.learning_rate, lambda v: 0 < v < 1,
              '--learning-rate must be in (0, 1)')
     override('noise_target_fraction', args.noise_target_fraction, lambda v: 0 <= v <= 1,
