@@ -123,11 +123,14 @@ def parameter_table_script():
 
 
 def test_readme_parameter_table_is_the_generated_one():
-    """Check that the README's table is scripts/parameter_table.py's, one line a parameter."""
-    generated = parameter_table_script().parameter_table(PARAMETERS)
-    text = README.read_text(encoding='utf-8')
-    assert generated in text, ('the README parameter table differs from PARAMETERS; paste '
-                               'the output of scripts/parameter_table.py')
+    """Check the README's and docs/parameters.md's tables: scripts/parameter_table.py's."""
+    script = parameter_table_script()
+    assert script.parameter_table(PARAMETERS) in README.read_text(encoding='utf-8'), (
+        'the README parameter table differs from PARAMETERS; paste the output of '
+        'scripts/parameter_table.py')
+    assert script.parameter_table(PARAMETERS, long=True) in PARAMETERS_DOC.read_text(
+        encoding='utf-8'), ('docs/parameters.md differs from PARAMETERS; paste the output of '
+                            'scripts/parameter_table.py flow --long')
     for spec in PARAMETERS:
         summary = spec.summary or spec.description
         assert summary.count('. ') == 0 and len(summary) <= 120, (
