@@ -52,7 +52,8 @@ from scenes import background_noise, EDGES, merged, moving_edges  # noqa: E402
 from veckm_flow_ros.eventio.flow_cloud import points_from_pointcloud2  # noqa: E402
 from veckm_flow_ros.ros import node as flow_node  # noqa: E402
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr  # noqa: E402
-from veckm_flow_ros.ros.messages import image_message, stamp_from_ns, stamp_to_ns  # noqa: E402
+from veckm_flow_ros.ros.messages import (image_message, parameter_descriptor,  # noqa: E402
+                                         stamp_from_ns, stamp_to_ns)
 
 
 DOMAIN_ID = ROS_DOMAIN_ID  # conftest: the ros_context fixture's domain
@@ -157,7 +158,7 @@ def test_config_yaml_mirrors_the_declared_parameters(project_root):
 
 def test_every_parameter_has_a_descriptor_with_units_and_range():
     for spec in flow_node.PARAMETERS:
-        descriptor = flow_node._descriptor(spec)
+        descriptor = parameter_descriptor(spec)
         assert len(descriptor.description) > 20, spec.name
         if isinstance(spec.default, (int, float)) and not isinstance(spec.default, bool):
             assert spec.value_range is not None, f'{spec.name} has no range'
