@@ -29,7 +29,7 @@ are estimated again on a context twice as long, as the node does.
 
 import argparse
 
-from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
 from veckm_flow_ros.runtime import set_omp_wait_policy
 
 
@@ -43,11 +43,7 @@ def main():
     parser.add_argument('--threads', type=int, default=1)
     add_long_context_argument(parser, note='every block length and mode; 0 reproduces the '
                               'numbers measured before that default')
-    args = parser.parse_args()
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
+    args = parse_benchmark_arguments(parser)
     long_context = args.long_context_below_px_s
 
     import numpy as np

@@ -49,7 +49,7 @@ import time
 import numpy as np
 import torch
 
-from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
 from veckm_flow_ros.core.estimator import automatic_block_s
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning.simulate import SimulatedSequence
@@ -134,11 +134,7 @@ def main(argv=None):
     add_long_context_argument(parser, note='every model, the published weights included; 0 '
                               'reproduces the numbers measured before that default')
     parser.add_argument('--skip-synthetic', action='store_true')
-    args = parser.parse_args(argv)
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
+    args = parse_benchmark_arguments(parser, argv)
     if not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if args.noise_hz < 0:

@@ -216,7 +216,6 @@ def cpu_per_block(model, packets, width, height, block_ms, view, min_validity,
                   long_context_below_px_s):
     """Return (thread CPU s per block, per input event, flows per block)."""
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
-    from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
     if view == 'plain':
         estimator = NormalFlowEstimator(model, width, height, block_s=block_ms * 1e-3,
                                         min_validity=min_validity,
@@ -224,17 +223,8 @@ def cpu_per_block(model, packets, width, height, block_ms, view, min_validity,
     else:
         estimator = views_estimator(model, width, height, block_ms * 1e-3, (view,),
                                     min_validity, long_context_below_px_s)
-    estimator.warm_up()
-    blocks = flows = events = 0
-    start = time.thread_time()
-    for packet in packets:
-        events += len(packet)
-        for block in estimator.push(packet):
-            points, _ = block_flow_points(block)
-            pointcloud2_fields(points)
-            blocks += 1
-            flows += len(block)
-    total_s = time.thread_time() - start
+    from bench_validity import time_pushes
+    total_s, blocks, flows, events = time_pushes(estimator, packets)
     return total_s / max(blocks, 1), total_s / max(events, 1), flows / max(blocks, 1)
 
 
@@ -265,7 +255,7 @@ def cost_table(model, inputs, blocks_ms, repeats, min_validity, long_context_bel
 
 
 def main():
-    from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+    from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
     from veckm_flow_ros.runtime import set_omp_wait_policy
     set_omp_wait_policy()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
@@ -287,13 +277,9 @@ def main():
                         choices=('accuracy', 'real', 'cost'))
     add_long_context_argument(parser, note='every part; 0 reproduces the numbers measured '
                               'before that default')
-    args = parser.parse_args()
+    args = parse_benchmark_arguments(parser)
     if any(not 0 < block_ms <= 1000 for block_ms in args.blocks_ms):
         parser.error(f'--blocks-ms must be in (0, 1000] ms, got {args.blocks_ms}')
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
     long_context = args.long_context_below_px_s
     torch.set_num_threads(1)
     from bench_validity import available_recordings, cost_inputs, SHARED_RECORDINGS

@@ -181,21 +181,31 @@ def block_cpu_s(model, packets, width, height, variant, min_validity,
 
     CPU time of this thread: estimator pushes + ~/flow point packing.
     """
-    from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
     estimator = make_estimator(model, width, height,
                                min_validity if variant == 'default' else 0.0,
                                long_context_below_px_s, validity=variant != 'none')
+    total_s, blocks, flows, _ = time_pushes(estimator, packets)
+    return total_s / max(blocks, 1), flows / max(blocks, 1), estimator.validity_s / total_s
+
+
+def time_pushes(estimator, packets):
+    """
+    Push `packets` through a warmed-up estimator, packing each block's ~/flow points.
+
+    Returns (thread CPU s, blocks, flows, input events).
+    """
+    from veckm_flow_ros.eventio.flow_cloud import block_flow_points, pointcloud2_fields
     estimator.warm_up()
-    blocks = flows = 0
+    blocks = flows = events = 0
     start = time.thread_time()
     for packet in packets:
+        events += len(packet)
         for block in estimator.push(packet):
             points, _ = block_flow_points(block)
             pointcloud2_fields(points)
             blocks += 1
             flows += len(block)
-    total_s = time.thread_time() - start
-    return total_s / max(blocks, 1), flows / max(blocks, 1), estimator.validity_s / total_s
+    return time.thread_time() - start, blocks, flows, events
 
 
 def cost_table(model, data, repeats, min_validity, long_context_below_px_s):
@@ -223,7 +233,7 @@ def cost_table(model, data, repeats, min_validity, long_context_below_px_s):
 
 
 def main():
-    from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+    from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
     from veckm_flow_ros.runtime import set_omp_wait_policy
     set_omp_wait_policy()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
@@ -237,11 +247,7 @@ def main():
                         choices=('kept', 'cost'))
     add_long_context_argument(parser, note='every run; 0 reproduces the numbers measured '
                               'before that default')
-    args = parser.parse_args()
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
+    args = parse_benchmark_arguments(parser)
     torch.set_num_threads(1)
     from veckm_flow_ros.core.model import load_model
     from veckm_flow_ros.stream.parameters import parameter_default

@@ -51,7 +51,7 @@ import cv2
 import numpy as np
 import torch
 
-from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning.simulate import SimulatedSequence
 from veckm_flow_ros.offline import evaluate, visualize, warp_score
@@ -239,13 +239,9 @@ def main(argv=None):
     add_long_context_argument(parser, note='both models, the published weights included; 0 '
                               'reproduces the numbers measured before that default')
     parser.add_argument('--threads', type=int, default=None)
-    args = parser.parse_args(argv)
+    args = parse_benchmark_arguments(parser, argv)
     if args.min_validity is not None and not 0 <= args.min_validity <= 1:
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     ours = load_model(args.model)

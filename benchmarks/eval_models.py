@@ -49,7 +49,7 @@ import time
 import numpy as np
 import torch
 
-from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
 from veckm_flow_ros.core import metrics
 from veckm_flow_ros.core.estimator import automatic_block_s
 from veckm_flow_ros.core.model import list_shipped_models, load_model
@@ -182,11 +182,7 @@ def main(argv=None):
                               'reproduces the numbers measured before that default')
     parser.add_argument('--out', type=pathlib.Path, default=None)
     parser.add_argument('--threads', type=int, default=None)
-    args = parser.parse_args(argv)
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
+    args = parse_benchmark_arguments(parser, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.published.is_dir():

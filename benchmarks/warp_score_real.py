@@ -56,7 +56,7 @@ import time
 import numpy as np
 import torch
 
-from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
+from veckm_flow_ros.cli.replay import add_long_context_argument, parse_benchmark_arguments
 from veckm_flow_ros.core.model import load_model
 from veckm_flow_ros.learning import simulate
 from veckm_flow_ros.offline import evaluate, warp_score
@@ -184,7 +184,7 @@ def main(argv=None):
                               'reproduces the numbers measured before that default')
     parser.add_argument('--no-planefit', action='store_true', help='leave plane fitting out')
     parser.add_argument('--threads', type=int, default=None)
-    args = parser.parse_args(argv)
+    args = parse_benchmark_arguments(parser, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.set == 'timing':
@@ -193,10 +193,6 @@ def main(argv=None):
         parser.error(f'--min-validity must be in [0, 1], got {args.min_validity}')
     if any(not 0 <= block_ms <= 1000 for block_ms in args.block_ms):
         parser.error(f'--block-ms must be in [0, 1000] ms (0: automatic), got {args.block_ms}')
-    try:
-        check_long_context_argument(args)
-    except ValueError as error:
-        parser.error(str(error))
     from veckm_flow_ros.core.estimator import automatic_block_s
 
     def model_methods(label, model):

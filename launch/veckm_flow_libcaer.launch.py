@@ -22,17 +22,13 @@ subscribes to it.
 """
 
 
-from launch.substitutions import LaunchConfiguration
-from launch_ros.descriptions import ParameterValue
-
-from veckm_flow_ros.ros.launch_arguments import camera_with_flow_node, declare_arguments
+from veckm_flow_ros.ros.launch_arguments import (camera_with_flow_node, declare_arguments,
+                                                 string_parameters)
 
 
 def generate_launch_description():
     """Declare the arguments, the camera driver and the flow node."""
     arguments = declare_arguments('camera_name', 'device_type', 'serial', 'params_file',
                                   'driver_fastdds_profile')
-    return camera_with_flow_node(arguments, 'libcaer_driver', {
-        'device_type': ParameterValue(LaunchConfiguration('device_type'), value_type=str),
-        'serial': ParameterValue(LaunchConfiguration('serial'), value_type=str),
-    })
+    return camera_with_flow_node(arguments, 'libcaer_driver',
+                                 string_parameters('device_type', 'serial'))

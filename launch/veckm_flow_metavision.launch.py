@@ -21,10 +21,8 @@ The driver publishes /<camera_name>/events (evt3, best effort); the flow node su
 """
 
 
-from launch.substitutions import LaunchConfiguration
-from launch_ros.descriptions import ParameterValue
-
-from veckm_flow_ros.ros.launch_arguments import camera_with_flow_node, declare_arguments
+from veckm_flow_ros.ros.launch_arguments import (camera_with_flow_node, declare_arguments,
+                                                 string_parameters)
 
 
 def generate_launch_description():
@@ -32,7 +30,4 @@ def generate_launch_description():
     arguments = declare_arguments('camera_name', 'serial', 'bias_file', 'params_file',
                                   'driver_fastdds_profile')
     return camera_with_flow_node(arguments, 'metavision_driver', {
-        'serial': ParameterValue(LaunchConfiguration('serial'), value_type=str),
-        'bias_file': ParameterValue(LaunchConfiguration('bias_file'), value_type=str),
-        'use_multithreading': False,
-    })
+        **string_parameters('serial', 'bias_file'), 'use_multithreading': False})

@@ -15,11 +15,12 @@
 """
 Print a node's parameter table as Markdown, from its table of ParameterSpec.
 
-    python3 scripts/parameter_table.py              # veckm_flow_node: paste into README.md
-    python3 scripts/parameter_table.py egomotion    # veckm_egomotion_node: docs/egomotion_node.md
+    python3 scripts/parameter_table.py               # veckm_flow_node, one line each: README.md
+    python3 scripts/parameter_table.py flow --long   # the full descriptions: docs/parameters.md
+    python3 scripts/parameter_table.py egomotion --long   # docs/egomotion_node.md
 
-test/test_docs.py checks that the README's and docs/egomotion_node.md's tables have these
-names and defaults.
+test/test_docs.py checks that the README's table is this script's, and that
+docs/parameters.md's and docs/egomotion_node.md's tables have these names and defaults.
 """
 
 import sys
@@ -46,22 +47,39 @@ def format_bound(value) -> str:
     return f'{int(value):,}'
 
 
-def parameter_table(specs=PARAMETERS) -> str:
-    """Return the Markdown table: name | default | range | unit and description."""
-    lines = ['| name | default | range | unit and description |', '|---|---|---|---|']
+def value_range_text(spec) -> str:
+    """Return the range cell: 'low – high', or '–' without a range."""
+    if spec.value_range is None:
+        return '–'
+    low, high = spec.value_range
+    return f'{format_bound(low)} – {format_bound(high)}'
+
+
+def parameter_table(specs=PARAMETERS, long: bool = False) -> str:
+    """
+    Return the Markdown table of `specs`.
+
+    Short (the README): name | default | range | unit | one-sentence summary. Long (docs/):
+    name | default | range | unit and description, the descriptor's full text.
+    """
+    if long:
+        lines = ['| name | default | range | unit and description |', '|---|---|---|---|']
+    else:
+        lines = ['| name | default | range | unit | description |', '|---|---|---|---|---|']
     for spec in specs:
-        value_range = '–'
-        if spec.value_range is not None:
-            low, high = spec.value_range
-            value_range = f'{format_bound(low)} – {format_bound(high)}'
         note = '' if spec.read_only else ' Settable at run time.'
-        lines.append(f'| `{spec.name}` | `{format_value(spec.default)}` | {value_range} | '
-                     f'{spec.description}{note} |')
+        cells = [f'`{spec.name}`', f'`{format_value(spec.default)}`', value_range_text(spec)]
+        if long:
+            cells.append(f'{spec.description}{note}')
+        else:
+            cells += [spec.unit or '–', f'{spec.summary or spec.description}{note}']
+        lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
 if __name__ == '__main__':
-    name = sys.argv[1] if len(sys.argv) > 1 else 'flow'
+    arguments = [argument for argument in sys.argv[1:] if argument != '--long']
+    name = arguments[0] if arguments else 'flow'
     if name not in TABLES:
         sys.exit(f'unknown table {name!r}; choose one of {", ".join(TABLES)}')
-    print(parameter_table(TABLES[name]))
+    print(parameter_table(TABLES[name], long='--long' in sys.argv[1:]))

@@ -14,6 +14,7 @@
 
 """The user documentation agrees with the code and the repository, and reads as a manual."""
 
+import importlib.util
 import pathlib
 import re
 
@@ -24,8 +25,11 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = REPO / 'README.md'
+RESULTS = REPO / 'benchmarks' / 'RESULTS.md'
 EGOMOTION_NODE_DOC = REPO / 'docs' / 'egomotion_node.md'
-README_MAX_LINES = 250
+PARAMETERS_DOC = REPO / 'docs' / 'parameters.md'
+# A front door and a readable record; room is left for rows and dated entries to come.
+MAX_LINES = {README: 200, RESULTS: 800}
 # Generated or installed folders: never part of the repository's own files.
 NOT_IN_REPOSITORY = {'.venv', 'out', 'build', 'install', 'log', 'dist'}
 # A single-token code span ending in one of these names a file of the repository.
@@ -37,6 +41,9 @@ CODE_SPAN = re.compile(r'(`+)(.+?)\1')
 MARKDOWN_LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
 FIRST_PERSON = re.compile(r"\bI\b(?!/)|\bI'm\b|\bI've\b|(?i:\b(my|we|our)\b)")
 SESSION = re.compile(r'\bsessions?\b', re.IGNORECASE)
+# The project's own work history means nothing to a user: issue numbers, who did what when.
+WORK_HISTORY = re.compile(r'\bissues? *#?\d+|\bissues \d+/\d+|\bthis time\b|\bthe team\b|'
+                          r'\bengineers?\b', re.IGNORECASE)
 # Written split so that this file does not match itself.
 DESIGN_NOTES = re.compile(r'\bDESIGN' + r'(\.md|\s*§)')
 CODE_SUFFIXES = ('.py', '.cpp', '.h', '.cu', '.md', '.sh', '.yaml')
@@ -99,35 +106,50 @@ def parse_default(cell: str, like):
     return int(number) if isinstance(like, int) else float(number)
 
 
-def test_readme_is_short():
-    """Keep the README a front door: at most README_MAX_LINES lines."""
-    lines = README.read_text(encoding='utf-8').count('\n')
-    assert lines <= README_MAX_LINES, f'README.md has {lines} lines (limit {README_MAX_LINES})'
+@pytest.mark.parametrize('doc', list(MAX_LINES), ids=lambda doc: doc.name)
+def test_document_is_short(doc):
+    """Keep the README a front door and the measurement record readable."""
+    lines = doc.read_text(encoding='utf-8').count('\n')
+    assert lines <= MAX_LINES[doc], f'{doc.name} has {lines} lines (limit {MAX_LINES[doc]})'
 
 
-def test_readme_parameter_table_matches_the_code():
-    """Check that the README's parameter table has PARAMETERS' names and defaults, in order."""
-    rows = markdown_table(README.read_text(encoding='utf-8'), '| name | default |')
-    written = [(row[0].strip('`'), row[1]) for row in rows]
-    assert [name for name, _ in written] == [spec.name for spec in PARAMETERS], (
-        'README parameter names differ from PARAMETERS; regenerate the table with '
+def parameter_table_script():
+    """Return scripts/parameter_table.py as a module (it prints the documents' tables)."""
+    spec = importlib.util.spec_from_file_location('parameter_table',
+                                                  REPO / 'scripts' / 'parameter_table.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_parameter_table_is_the_generated_one():
+    """Check the README's and docs/parameters.md's tables: scripts/parameter_table.py's."""
+    script = parameter_table_script()
+    assert script.parameter_table(PARAMETERS) in README.read_text(encoding='utf-8'), (
+        'the README parameter table differs from PARAMETERS; paste the output of '
         'scripts/parameter_table.py')
-    for (name, cell), spec in zip(written, PARAMETERS):
-        assert parse_default(cell, spec.default) == spec.default, (
-            f'README default of {name} is {cell}, the code says {spec.default!r}')
+    assert script.parameter_table(PARAMETERS, long=True) in PARAMETERS_DOC.read_text(
+        encoding='utf-8'), ('docs/parameters.md differs from PARAMETERS; paste the output of '
+                            'scripts/parameter_table.py flow --long')
+    for spec in PARAMETERS:
+        summary = spec.summary or spec.description
+        assert summary.count('. ') == 0 and len(summary) <= 120, (
+            f'{spec.name}: the README row should be one short sentence, got {summary!r}')
 
 
-def test_egomotion_parameter_table_matches_the_code():
-    """Check docs/egomotion_node.md's table against EGOMOTION_PARAMETERS (names, defaults)."""
-    rows = markdown_table(EGOMOTION_NODE_DOC.read_text(encoding='utf-8'), '| name | default |')
+@pytest.mark.parametrize('doc, specs', [(PARAMETERS_DOC, PARAMETERS),
+                                        (EGOMOTION_NODE_DOC, EGOMOTION_PARAMETERS)],
+                         ids=['parameters.md', 'egomotion_node.md'])
+def test_parameter_table_matches_the_code(doc, specs):
+    """Check a document's full parameter table against its ParameterSpec table."""
+    rows = markdown_table(doc.read_text(encoding='utf-8'), '| name | default |')
     written = [(row[0].strip('`'), row[1]) for row in rows]
-    assert [name for name, _ in written] == [spec.name for spec in EGOMOTION_PARAMETERS], (
-        'docs/egomotion_node.md parameter names differ from EGOMOTION_PARAMETERS; regenerate '
-        'the table with scripts/parameter_table.py egomotion')
-    for (name, cell), spec in zip(written, EGOMOTION_PARAMETERS):
+    assert [name for name, _ in written] == [spec.name for spec in specs], (
+        f'{doc.name}: parameter names differ from the code; regenerate the table with '
+        'scripts/parameter_table.py --long')
+    for (name, cell), spec in zip(written, specs):
         assert parse_default(cell, spec.default) == spec.default, (
-            f'docs/egomotion_node.md default of {name} is {cell}, the code says '
-            f'{spec.default!r}')
+            f'{doc.name}: default of {name} is {cell}, the code says {spec.default!r}')
 
 
 def test_config_yaml_matches_the_code():
@@ -143,10 +165,10 @@ def test_config_yaml_matches_the_code():
 
 @pytest.mark.parametrize('doc', user_docs(), ids=lambda doc: str(doc.relative_to(REPO)))
 def test_docs_are_written_in_the_third_person(doc):
-    """Reject first-person words and references to the team's work sessions."""
+    """Reject first-person words, issue numbers and the team's work history."""
     problems = []
     for number, line in enumerate(doc.read_text(encoding='utf-8').splitlines(), 1):
-        for pattern in (FIRST_PERSON, SESSION):
+        for pattern in (FIRST_PERSON, SESSION, WORK_HISTORY):
             for match in pattern.finditer(line):
                 problems.append(f'{doc.name}:{number}: {match.group(0)!r} in {line.strip()!r}')
     assert not problems, '\n'.join(problems)

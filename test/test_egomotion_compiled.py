@@ -70,6 +70,26 @@ def random_camera(rng):
                                (rng.uniform(-0.05, 0.08), rng.uniform(-0.03, 0.03), 0.0, 0.0))
 
 
+def random_case(rng, trial, make_config, make_window):
+    """
+    One random case: (numpy and compiled estimators, omega, window inputs, previous direction).
+
+    The camera is one of the three fixed ones or a random one; make_config(rng) and
+    make_window(camera, v, omega) draw the rest, in that order (the draws fix the cases).
+    """
+    camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3] if trial % 2 else random_camera(rng)
+    config = make_config(rng)
+    estimators = [EgomotionEstimator(camera, config, compiled=compiled)
+                  for compiled in (False, True)]
+    v, omega = random_motion(rng)
+    inputs = make_window(camera, v, omega)
+    previous = None
+    if rng.random() < 0.5:
+        previous = v + rng.normal(scale=0.1, size=3)
+        previous /= np.linalg.norm(previous)
+    return estimators, omega, inputs, previous
+
+
 def solve_both(estimators, inputs, omega, previous, warm_windows):
     """(direction, fit, robust, warm count) of the numpy and the compiled solve, or None."""
     results = []
@@ -110,27 +130,24 @@ def test_compiled_solve_matches_numpy_on_random_windows():
     """Random cameras, settings, window sizes, noise, outliers and warm states."""
     rng = np.random.default_rng(7)
     flips, compared = [], 0
-    for trial in range(36):
-        camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3] if trial % 2 else random_camera(rng)
-        config = EgomotionConfig(cell_px=int(rng.choice([8, 16, 32, 64, 256])), min_flows=10,
-                                 refine_steps=int(rng.choice([0, 1, 3, 5, 5, 5])),
-                                 robust_iterations=int(rng.choice([0, 1, 2, 2, 3])),
-                                 sign_start=bool(rng.random() < 0.85),
-                                 sign_flows=int(rng.choice([10, 300, 1000])))
-        estimators = [EgomotionEstimator(camera, config, compiled=compiled)
-                      for compiled in (False, True)]
-        v, omega = random_motion(rng)
+
+    def make_config(rng):
+        return EgomotionConfig(cell_px=int(rng.choice([8, 16, 32, 64, 256])), min_flows=10,
+                               refine_steps=int(rng.choice([0, 1, 3, 5, 5, 5])),
+                               robust_iterations=int(rng.choice([0, 1, 2, 2, 3])),
+                               sign_start=bool(rng.random() < 0.85),
+                               sign_flows=int(rng.choice([10, 300, 1000])))
+
+    def make_window(camera, v, omega):
         count = int(rng.choice([40, 300, 3000, 6000]))
-        x, y, u, w, _ = analytic_window(camera, v, omega, count=count,
-                                        noise=rng.uniform(0, 0.3),
-                                        outliers=rng.uniform(0, 0.2),
-                                        seed=int(rng.integers(1 << 30)))
-        previous, warm_windows = None, 0
-        if rng.random() < 0.5:
-            previous = v + rng.normal(scale=0.1, size=3)
-            previous /= np.linalg.norm(previous)
-            warm_windows = int(rng.integers(0, 12))
-        results = solve_both(estimators, (x, y, u, w, None), omega, previous, warm_windows)
+        return analytic_window(camera, v, omega, count=count, noise=rng.uniform(0, 0.3),
+                               outliers=rng.uniform(0, 0.2),
+                               seed=int(rng.integers(1 << 30)))[:4] + (None,)
+
+    for trial in range(36):
+        estimators, omega, inputs, previous = random_case(rng, trial, make_config, make_window)
+        warm_windows = 0 if previous is None else int(rng.integers(0, 12))
+        results = solve_both(estimators, inputs, omega, previous, warm_windows)
         if results is not None:
             compared += 1
             assert_same(results, flips)
@@ -193,31 +210,28 @@ def test_compiled_free_solve_matches_numpy_on_random_windows():
     """Without gyro: random cameras, settings, noise, outliers, biased magnitudes, starts."""
     rng = np.random.default_rng(11)
     flips, compared = [], 0
+
+    def make_config(rng):
+        return EgomotionConfig(cell_px=int(rng.choice([8, 16, 32, 64, 256])), min_flows=10,
+                               refine_steps=int(rng.choice([0, 1, 3, 5, 5, 5])),
+                               robust_iterations=int(rng.choice([0, 1, 2, 2, 3])),
+                               rotation_start=bool(rng.random() < 0.85),
+                               rotation_start_residual=float(rng.choice([0.0, 0.07, 0.07])),
+                               rotation_prior_weight=float(rng.choice([0.0, 300.0, 300.0])),
+                               sign_flows=int(rng.choice([100, 300, 1000])))
+
     for trial in range(36):
-        camera = (PINHOLE, PLUMB_BOB, FISHEYE)[trial % 3] if trial % 2 else random_camera(rng)
-        config = EgomotionConfig(cell_px=int(rng.choice([8, 16, 32, 64, 256])), min_flows=10,
-                                 refine_steps=int(rng.choice([0, 1, 3, 5, 5, 5])),
-                                 robust_iterations=int(rng.choice([0, 1, 2, 2, 3])),
-                                 rotation_start=bool(rng.random() < 0.85),
-                                 rotation_start_residual=float(rng.choice([0.0, 0.07, 0.07])),
-                                 rotation_prior_weight=float(rng.choice([0.0, 300.0, 300.0])),
-                                 sign_flows=int(rng.choice([100, 300, 1000])))
-        estimators = [EgomotionEstimator(camera, config, compiled=compiled)
-                      for compiled in (False, True)]
-        v, omega = random_motion(rng)
-        seed = int(rng.integers(1 << 30))
-        if trial % 3 == 0:
-            x, y, u, w = biased_window(camera, v, omega, seed)
-        else:
-            x, y, u, w, _ = analytic_window(camera, v, omega,
-                                            count=int(rng.choice([40, 300, 3000, 6000])),
-                                            noise=rng.uniform(0, 0.3),
-                                            outliers=rng.uniform(0, 0.2), seed=seed)
-        previous = None
-        if rng.random() < 0.5:
-            previous = v + rng.normal(scale=0.1, size=3)
-            previous /= np.linalg.norm(previous)
-        results = solve_free_both(estimators, (x, y, u, w, None), previous)
+        def make_window(camera, v, omega):
+            seed = int(rng.integers(1 << 30))
+            if trial % 3 == 0:
+                return tuple(biased_window(camera, v, omega, seed)) + (None,)
+            return analytic_window(camera, v, omega,
+                                   count=int(rng.choice([40, 300, 3000, 6000])),
+                                   noise=rng.uniform(0, 0.3), outliers=rng.uniform(0, 0.2),
+                                   seed=seed)[:4] + (None,)
+
+        estimators, omega, inputs, previous = random_case(rng, trial, make_config, make_window)
+        results = solve_free_both(estimators, inputs, previous)
         if results is not None:
             compared += 1
             assert_same_free(results, flips)

@@ -30,7 +30,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -40,14 +39,13 @@ pytest.importorskip('geometry_msgs')
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402, I100
 from geometry_msgs.msg import PointStamped, TwistStamped  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, Imu, PointCloud2  # noqa: E402
 from std_msgs.msg import Float32  # noqa: E402
 
 from conftest import ROS_DOMAIN_ID  # noqa: E402, I100
+from node_harness import closing_factory, NodeHarness  # noqa: E402
 from test_egomotion_stream import angle_deg, CAMERA, rigid_scene_flows  # noqa: E402
 from veckm_flow_ros.core.camera import CameraModel  # noqa: E402
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points  # noqa: E402
@@ -70,13 +68,11 @@ def camera_info(camera=CAMERA, k=None, d=None, model=None) -> CameraInfo:
     return msg
 
 
-class Harness:
+class Harness(NodeHarness):
     """The egomotion node plus a probe (publisher of its inputs, subscriber of its outputs)."""
 
     def __init__(self, context, **parameters):
-        overrides = [Parameter(name, value=value) for name, value in parameters.items()]
-        self.node = egomotion_node.EgomotionNode(context=context, parameter_overrides=overrides)
-        self.probe = Node('egomotion_probe', context=context)
+        super().__init__(context, egomotion_node.EgomotionNode, 'egomotion_probe', parameters)
         self.flow_pub = self.probe.create_publisher(PointCloud2, f'{NODE}/flow', RELIABLE)
         self.camera_info_pub = self.probe.create_publisher(CameraInfo, f'{NODE}/camera_info',
                                                            RELIABLE)
@@ -91,29 +87,14 @@ class Harness:
                                            RELIABLE)
         self.probe.create_subscription(DiagnosticArray, '/diagnostics', self.diagnostics.append,
                                        egomotion_node.OUTPUT_QOS)
-        self.executor = SingleThreadedExecutor(context=context)
-        self.executor.add_node(self.node)
-        self.executor.add_node(self.probe)
         self.stamp_ns = T0_NS
         self.flow_messages = 0
         self.imu_messages = 0
-        assert self.spin_until(lambda: self.flow_pub.get_subscription_count() > 0
-                               and self.camera_info_pub.get_subscription_count() > 0
-                               and (self.imu_pub.get_subscription_count() > 0
-                                    or not self.node.config['use_imu'])
-                               and self.probe.count_publishers(f'{NODE}/twist') > 0, 10.0), \
-            'DDS discovery between probe and node did not complete'
-
-    def spin_until(self, predicate, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            self.executor.spin_once(timeout_sec=0.01)
-        return predicate()
-
-    def spin_for(self, duration_s: float):
-        self.spin_until(lambda: False, duration_s)
+        self.wait_for_discovery(lambda: self.flow_pub.get_subscription_count() > 0
+                                and self.camera_info_pub.get_subscription_count() > 0
+                                and (self.imu_pub.get_subscription_count() > 0
+                                     or not self.node.config['use_imu'])
+                                and self.probe.count_publishers(f'{NODE}/twist') > 0)
 
     def publish_camera_info(self, msg: CameraInfo):
         """Publish ~/camera_info; spin until the node took it and built its tables."""
@@ -175,25 +156,14 @@ class Harness:
         (status,) = self.diagnostics[index].status
         return status, {item.key: item.value for item in status.values}
 
-    def close(self):
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.probe.destroy_node()
-
 
 @pytest.fixture
 def harness_factory(ros_context):
-    created = []
-
     def make(**parameters):
         # The probe publishes faster than real time: no window may be dropped.
         parameters.setdefault('max_queued_windows', 100)
-        harness = Harness(ros_context, **parameters)
-        created.append(harness)
-        return harness
-    yield make
-    for harness in created:
-        harness.close()
+        return Harness(ros_context, **parameters)
+    yield from closing_factory(make)
 
 
 FORWARD = (np.array([0.2, -0.1, 1.0]), np.array([0.05, -0.1, 0.2]))

@@ -47,11 +47,13 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image, PointCloud2  # noqa: E402
 
 from conftest import ROS_DOMAIN_ID  # noqa: E402, I100
+from node_harness import closing_factory, NodeHarness  # noqa: E402
 from scenes import background_noise, EDGES, merged, moving_edges  # noqa: E402
 from veckm_flow_ros.eventio.flow_cloud import points_from_pointcloud2  # noqa: E402
 from veckm_flow_ros.ros import node as flow_node  # noqa: E402
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr  # noqa: E402
-from veckm_flow_ros.ros.messages import image_message, stamp_from_ns, stamp_to_ns  # noqa: E402
+from veckm_flow_ros.ros.messages import (image_message, parameter_descriptor,  # noqa: E402
+                                         stamp_from_ns, stamp_to_ns)
 
 
 DOMAIN_ID = ROS_DOMAIN_ID  # conftest: the ros_context fixture's domain
@@ -67,13 +69,11 @@ def model_path():
     return MODEL_NAME
 
 
-class Harness:
+class Harness(NodeHarness):
     """The node under test plus a probe node (publisher of events, subscriber of outputs)."""
 
     def __init__(self, context, **parameters):
-        overrides = [Parameter(name, value=value) for name, value in parameters.items()]
-        self.node = flow_node.VecKMFlowNode(context=context, parameter_overrides=overrides)
-        self.probe = Node('flow_probe', context=context)
+        super().__init__(context, flow_node.VecKMFlowNode, 'flow_probe', parameters)
         self.events_pub = self.probe.create_publisher(EventPacket, EVENTS_TOPIC,
                                                       flow_node.EVENTS_QOS)
         self.clouds = []
@@ -82,14 +82,10 @@ class Harness:
             PointCloud2, FLOW_TOPIC, self.clouds.append,
             QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
         self.image_sub = None
-        self.executor = SingleThreadedExecutor(context=context)
-        self.executor.add_node(self.node)
-        self.executor.add_node(self.probe)
         self.seq = 0
         self.published = 0
-        assert self.spin_until(lambda: self.events_pub.get_subscription_count() > 0
-                               and self.probe.count_publishers(FLOW_TOPIC) > 0, 10.0), \
-            'DDS discovery between probe and node did not complete'
+        self.wait_for_discovery(lambda: self.events_pub.get_subscription_count() > 0
+                                and self.probe.count_publishers(FLOW_TOPIC) > 0)
 
     def subscribe_images(self):
         self.image_sub = self.probe.create_subscription(
@@ -98,17 +94,6 @@ class Harness:
     def unsubscribe_images(self):
         self.probe.destroy_subscription(self.image_sub)
         self.image_sub = None
-
-    def spin_until(self, predicate, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            self.executor.spin_once(timeout_sec=0.01)
-        return predicate()
-
-    def spin_for(self, duration_s: float):
-        self.spin_until(lambda: False, duration_s)
 
     def publish(self, encoding, payload, stamp_ns, width=640, height=480, time_base=0,
                 seq=None, frame_id='event_camera'):
@@ -143,27 +128,16 @@ class Harness:
                     and time.monotonic() - last[1] > quiet_s)
         return self.spin_until(idle, timeout_s)
 
-    def close(self):
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.probe.destroy_node()
-
 
 @pytest.fixture
 def harness_factory(ros_context, model_path):
-    created = []
-
     def make(**parameters):
         parameters.setdefault('model', model_path)
         # max_queue_delay_ms keeps its default (200 ms); tests that compare exact outputs or
         # count every packet set it to 0 (they publish faster than real time on a busy
         # machine).
-        harness = Harness(ros_context, **parameters)
-        created.append(harness)
-        return harness
-    yield make
-    for harness in created:
-        harness.close()
+        return Harness(ros_context, **parameters)
+    yield from closing_factory(make)
 
 
 # ------------------------------------------------------------------------------------------
@@ -184,7 +158,7 @@ def test_config_yaml_mirrors_the_declared_parameters(project_root):
 
 def test_every_parameter_has_a_descriptor_with_units_and_range():
     for spec in flow_node.PARAMETERS:
-        descriptor = flow_node._descriptor(spec)
+        descriptor = parameter_descriptor(spec)
         assert len(descriptor.description) > 20, spec.name
         if isinstance(spec.default, (int, float)) and not isinstance(spec.default, bool):
             assert spec.value_range is not None, f'{spec.name} has no range'

@@ -110,6 +110,35 @@ struct EventColumns {
   }
 };
 
+// The events of one decode call that fall on a width x height sensor, and its counters:
+// add() keeps an event inside the sensor and counts one outside; result() trims the columns.
+struct SensorEvents {
+  EventColumns events;
+  const uint32_t width_px;
+  const uint32_t height_px;
+  int64_t stats[kNumStats];
+
+  SensorEvents(int64_t capacity, int64_t width, int64_t height, int64_t trailing_bytes)
+      : events(capacity),
+        width_px(check_extent(width, "width")),
+        height_px(check_extent(height, "height")),
+        stats{0, 0, trailing_bytes, 0} {}
+
+  inline void add(uint64_t t, uint32_t x, uint32_t y, uint8_t polarity) {
+    if (x < width_px && y < height_px) {
+      events.push(t, static_cast<uint16_t>(x), static_cast<uint16_t>(y), polarity);
+    } else {
+      ++stats[kStatOutOfBounds];
+    }
+  }
+
+  std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> result() {
+    events.finish();
+    return {events.t_ns, events.x, events.y, events.p,
+            at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+  }
+};
+
 // ------------------------------------------------------------------------------------------
 // EVT 3.0. state = (time_high_us incl. rollover bits, time_low_us, flags, y, base_x, polarity),
 // flags bit 0: time valid (a TIME_LOW followed a TIME_HIGH), bit 1: a TIME_HIGH was seen.
@@ -297,8 +326,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
     int64_t height) {
   check_buffer(buffer);
   check_state(state, kLibcaerCmpStateSize);
-  const uint32_t width_px = check_extent(width, "width");
-  const uint32_t height_px = check_extent(height, "height");
+  check_extent(width, "width");
+  check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_words = buffer.size(0) / 2;
 
@@ -309,8 +338,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
     max_events += code == kCmpAddrY ? 1 : (code == kCmpVect8 ? kPopcount12[word & 0xFF] : 0);
   }
 
-  EventColumns events(max_events);
-  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 2, 0};
+  SensorEvents out(max_events, width, height, buffer.size(0) % 2);
   int64_t* s = state.data_ptr<int64_t>();
   uint16_t x = static_cast<uint16_t>(s[0]);
   uint16_t base_y = static_cast<uint16_t>(s[1]);
@@ -332,12 +360,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
         x = word & 0x7FF;
         break;
       case kCmpAddrY: {
-        const uint16_t y = word & 0x7FF;
-        if (x < width_px && y < height_px) {
-          events.push(time_base + (time_high | time_low) * 1000, x, y, (word >> 11) & 1);
-        } else {
-          ++stats[kStatOutOfBounds];
-        }
+        out.add(time_base + (time_high | time_low) * 1000, x, word & 0x7FF, (word >> 11) & 1);
         break;
       }
       case kCmpVectBaseY:
@@ -350,18 +373,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
         while (mask != 0) {
           const int bit = __builtin_ctz(mask);
           mask &= mask - 1;
-          const uint16_t y = static_cast<uint16_t>(base_y + bit);
-          if (x < width_px && y < height_px) {
-            events.push(t, x, y, vector_polarity);
-          } else {
-            ++stats[kStatOutOfBounds];
-          }
+          out.add(t, x, static_cast<uint16_t>(base_y + bit), vector_polarity);
         }
         base_y = static_cast<uint16_t>(base_y + 8);
         break;
       }
       default:
-        ++stats[kStatUnknownWords];
+        ++out.stats[kStatUnknownWords];
         break;
     }
   }
@@ -369,9 +387,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
   s[0] = x;
   s[1] = base_y;
   s[2] = vector_polarity;
-  events.finish();
-  return {events.t_ns, events.x, events.y, events.p,
-          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+  return out.result();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -380,37 +396,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_libcaer_cpu(
     const at::Tensor& buffer, int64_t time_base_ns, int64_t width, int64_t height) {
   check_buffer(buffer);
-  const uint32_t width_px = check_extent(width, "width");
-  const uint32_t height_px = check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_records = buffer.size(0) / 8;
 
-  EventColumns events(num_records);
-  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 8, 0};
+  SensorEvents out(num_records, width, height, buffer.size(0) % 8);
   uint64_t time_high = static_cast<uint64_t>(time_base_ns);
   int64_t last_ts_us = 0;
   for (int64_t i = 0; i < num_records; ++i) {
     const uint32_t data = read_u32(bytes + 8 * i);
     const int64_t ts_us = static_cast<int32_t>(read_u32(bytes + 8 * i + 4));
     if (ts_us < 0) {
-      ++stats[kStatInvalidTimestamps];
+      ++out.stats[kStatInvalidTimestamps];
       continue;
     }
     if (ts_us < last_ts_us) {
       time_high += kLibcaerWrapNs;
     }
     last_ts_us = ts_us;
-    const uint32_t x = (data >> 17) & 0x7FFF;
-    const uint32_t y = (data >> 2) & 0x7FFF;
-    if (x < width_px && y < height_px) {
-      events.push(time_high + static_cast<uint64_t>(ts_us) * 1000, x, y, (data >> 1) & 1);
-    } else {
-      ++stats[kStatOutOfBounds];
-    }
+    out.add(time_high + static_cast<uint64_t>(ts_us) * 1000, (data >> 17) & 0x7FFF,
+            (data >> 2) & 0x7FFF, (data >> 1) & 1);
   }
-  events.finish();
-  return {events.t_ns, events.x, events.y, events.p,
-          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+  return out.result();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -418,27 +424,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_li
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> decode_mono_cpu(
     const at::Tensor& buffer, int64_t time_base_ns, int64_t width, int64_t height) {
   check_buffer(buffer);
-  const uint32_t width_px = check_extent(width, "width");
-  const uint32_t height_px = check_extent(height, "height");
   const uint8_t* bytes = buffer.data_ptr<uint8_t>();
   const int64_t num_records = buffer.size(0) / 8;
 
-  EventColumns events(num_records);
-  int64_t stats[kNumStats] = {0, 0, buffer.size(0) % 8, 0};
+  SensorEvents out(num_records, width, height, buffer.size(0) % 8);
   const uint64_t time_base = static_cast<uint64_t>(time_base_ns);
   for (int64_t i = 0; i < num_records; ++i) {
     const uint64_t word = read_u64(bytes + 8 * i);
-    const uint16_t x = static_cast<uint16_t>(word >> 32);
-    const uint16_t y = static_cast<uint16_t>((word >> 48) & 0x7FFF);
-    if (x < width_px && y < height_px) {
-      events.push(time_base + (word & 0xFFFFFFFFu), x, y, static_cast<uint8_t>(word >> 63));
-    } else {
-      ++stats[kStatOutOfBounds];
-    }
+    out.add(time_base + (word & 0xFFFFFFFFu), static_cast<uint16_t>(word >> 32),
+            static_cast<uint16_t>((word >> 48) & 0x7FFF), static_cast<uint8_t>(word >> 63));
   }
-  events.finish();
-  return {events.t_ns, events.x, events.y, events.p,
-          at::tensor(at::ArrayRef<int64_t>(stats, kNumStats), at::kLong)};
+  return out.result();
 }
 
 // trigger: the mono layout with the channel in bits 62..48 (kept modulo 256) and edge bit 63.

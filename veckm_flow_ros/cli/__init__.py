@@ -15,8 +15,8 @@
 """
 The `veckm-flow` command: one subcommand per module in this package (veckm_flow_ros/cli/).
 
-Each command module defines `register(subparsers)`, which adds its parser and sets
-`func=run` (run(args) -> exit status). Commands are imported lazily by name so that a
+Each command module defines `register(subparsers)`, which adds its parser with add_command
+(its `run(args)` -> exit status runs the command). Commands are imported lazily by name so that a
 command's heavy imports (torch, rosbags) cost nothing to the others, and so that main() sets
 OMP_WAIT_POLICY before torch is first imported.
 """
@@ -36,6 +36,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if 'default' in help_text or action.default in (None, False, argparse.SUPPRESS):
             return help_text
         return super()._get_help_string(action)
+
+
+def add_command(subparsers, name: str, run, summary: str, description: str):
+    """Add and return the parser of command `name`: one-line `summary`, `run(args)` runs it."""
+    parser = subparsers.add_parser(name, help=summary, description=description,
+                                   formatter_class=HelpFormatter)
+    parser.set_defaults(func=run)
+    return parser
 
 
 # Order shown in `veckm-flow --help`.

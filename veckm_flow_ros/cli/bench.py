@@ -18,13 +18,15 @@ import json
 import math
 import sys
 
+from veckm_flow_ros.cli import add_command
+
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'bench', help='throughput of encoding + MLP (baseline vs ops)',
-        description='Time the Algorithm-1 baseline and the compiled ops on synthetic moving '
-                    'edges (640x480; dense: 200k events all targets; sparse: 10k targets '
-                    'among 500k events) at r = 8 and 10.')
+    parser = add_command(
+        subparsers, 'bench', run, 'throughput of encoding + MLP (baseline vs ops)',
+        'Time the Algorithm-1 baseline and the compiled ops on synthetic moving '
+        'edges (640x480; dense: 200k events all targets; sparse: 10k targets '
+        'among 500k events) at r = 8 and 10.')
     parser.add_argument('--json', action='store_true',
                         help='print a JSON list of rows {impl, radius, workload, flows_per_s, '
                              'peak_mem_mb} instead of a table')
@@ -33,7 +35,6 @@ def register(subparsers):
                              'when available); repeat the option for several')
     parser.add_argument('--repeats', type=int, default=3,
                         help='timed repeats per case, best kept (default: 3)')
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -27,7 +27,7 @@ replay the 640x480 evt3 recording and draw one frame of it.
 import pathlib
 import shutil
 
-from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli import add_command
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[1] / 'data'
 DEMO_BAG = DATA_DIR / 'demo_scene.mcap'
@@ -46,12 +46,12 @@ QUICK_DURATION_S = 0.1
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'demo', help='replay the bundled simulated recording: pictures + evaluation table',
-        description='Replay the bundled recording (simulated, with exact ground truth) '
-                    'through the estimator with the shipped default model; write pictures, '
-                    'an mp4 and a flow bag, and print the evaluation table.',
-        formatter_class=HelpFormatter)
+    parser = add_command(
+        subparsers, 'demo', run,
+        'replay the bundled simulated recording: pictures + evaluation table',
+        'Replay the bundled recording (simulated, with exact ground truth) '
+        'through the estimator with the shipped default model; write pictures, '
+        'an mp4 and a flow bag, and print the evaluation table.')
     parser.add_argument('--out-dir', default='out/demo', help='where to write the outputs')
     parser.add_argument('--model', default=None,
                         help='model (default: the shipped default model)')
@@ -64,7 +64,6 @@ def register(subparsers):
     parser.add_argument('--threads', type=int, default=0,
                         help='torch CPU threads (0: torch default)')
     parser.add_argument('--no-progress', action='store_true', help='no progress bars')
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

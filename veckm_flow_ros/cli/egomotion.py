@@ -27,16 +27,16 @@ import sys
 
 import numpy as np
 
-from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli import add_command
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'egomotion', help='camera rotation, heading, FOE and time to contact from events',
-        description='Run the normal-flow estimator (defaults) over a bag or an events npz, '
-                    'then estimate per window the angular velocity, the translation '
-                    'direction, the focus of expansion and the time to contact.',
-        formatter_class=HelpFormatter)
+    parser = add_command(
+        subparsers, 'egomotion', run,
+        'camera rotation, heading, FOE and time to contact from events',
+        'Run the normal-flow estimator (defaults) over a bag or an events npz, '
+        'then estimate per window the angular velocity, the translation '
+        'direction, the focus of expansion and the time to contact.')
     parser.add_argument('bag', nargs='?', default=None,
                         help='input bag directory or .db3/.mcap file (or use --events)')
     parser.add_argument('--events', default=None, metavar='IN.npz',
@@ -76,7 +76,6 @@ def register(subparsers):
                         help="weight the flows by the flow estimator's confidence (rotation "
                              'ensemble, ~4x the flow cost)')
     parser.add_argument('--quiet', action='store_true', help='no progress bars')
-    parser.set_defaults(func=run)
 
 
 def _check_args(args):

@@ -36,7 +36,7 @@ sequence when any SEQ is a bag or with --warp-score.
 
 import pathlib
 
-from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli import add_command
 from veckm_flow_ros.cli.replay import add_long_context_argument, check_long_context_argument
 
 BASELINES = {'planefit': 'plane fit'}
@@ -47,16 +47,16 @@ DEFAULT_MIN_EVENTS = 1000
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'evaluate', help='score the model (and baselines) on sequences or recorded bags',
-        description='Score per-event normal flow against ground-truth optical flow on '
-                    'simulator .npz sequences or EVIMO2-style .npy directories: %Pos, PEE '
-                    '(px/s), relative PEE and coverage, per sequence and overall. Recorded '
-                    'bags have no ground truth; they get the warp score: the contrast of '
-                    'short windows of events warped along their flows to a common time, over '
-                    'the contrast of the unwarped events (> 1: the flows explain the motion), '
-                    'for flows scaled by s (best s != 1: a magnitude bias).',
-        formatter_class=HelpFormatter)
+    parser = add_command(
+        subparsers, 'evaluate', run,
+        'score the model (and baselines) on sequences or recorded bags',
+        'Score per-event normal flow against ground-truth optical flow on '
+        'simulator .npz sequences or EVIMO2-style .npy directories: %Pos, PEE '
+        '(px/s), relative PEE and coverage, per sequence and overall. Recorded '
+        'bags have no ground truth; they get the warp score: the contrast of '
+        'short windows of events warped along their flows to a common time, over '
+        'the contrast of the unwarped events (> 1: the flows explain the motion), '
+        'for flows scaled by s (best s != 1: a magnitude bias).')
     parser.add_argument('sequences', nargs='*', metavar='SEQ',
                         help='simulator .npz file, EVIMO2-style directory or ROS 2 bag (folder '
                              'with metadata.yaml, or a .db3/.mcap file); event times must '
@@ -96,7 +96,6 @@ def register(subparsers):
                         help='warp score window length [ms]')
     parser.add_argument('--warp-min-events', type=int, default=DEFAULT_MIN_EVENTS,
                         help='warp score: fewest events with a flow for a window to count')
-    parser.set_defaults(func=run)
 
 
 def first_seconds(sequence, duration_s):

@@ -26,18 +26,18 @@ import pathlib
 
 import numpy as np
 
-from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli import add_command
 
 
 def register(subparsers):
     from veckm_flow_ros.core.egomotion import EgomotionConfig
     from veckm_flow_ros.learning.simulate3d import TRAJECTORIES
-    parser = subparsers.add_parser(
-        'evaluate-egomotion', help='egomotion accuracy on held-out simulated 3D sequences',
-        description='Translation-direction, angular-velocity, FOE and time-to-contact errors '
-                    'of the egomotion estimator on simulated 3D sequences, with and without '
-                    'gyroscope.',
-        formatter_class=HelpFormatter)
+    parser = add_command(
+        subparsers, 'evaluate-egomotion', run,
+        'egomotion accuracy on held-out simulated 3D sequences',
+        'Translation-direction, angular-velocity, FOE and time-to-contact errors '
+        'of the egomotion estimator on simulated 3D sequences, with and without '
+        'gyroscope.')
     parser.add_argument('--count', type=int, default=8,
                         help='held-out sequences to simulate (trajectories in turn)')
     parser.add_argument('--trajectories', nargs='+', default=list(TRAJECTORIES),
@@ -75,7 +75,6 @@ def register(subparsers):
     parser.add_argument('--cache-dir', default=None, metavar='DIR',
                         help='keep simulated sequences here and reuse them on later runs')
     parser.add_argument('--quiet', action='store_true', help='no progress output')
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

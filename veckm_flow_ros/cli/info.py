@@ -14,22 +14,20 @@
 
 """`veckm-flow info BAG`: what an event-camera bag holds, decoded message by message."""
 
-from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli import add_command
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'info', help='summarise the event topics of a bag (decodes every message)',
-        description='For each EventPacket topic of a bag (.db3 / .mcap / bag directory): '
-                    'encoding, sensor size, message count, CD events ON/OFF, triggers, sensor '
-                    'time span, event rate, seq gaps and decode problems.',
-        formatter_class=HelpFormatter)
+    parser = add_command(
+        subparsers, 'info', run, 'summarise the event topics of a bag (decodes every message)',
+        'For each EventPacket topic of a bag (.db3 / .mcap / bag directory): '
+        'encoding, sensor size, message count, CD events ON/OFF, triggers, sensor '
+        'time span, event rate, seq gaps and decode problems.')
     parser.add_argument('bag', help='bag directory or .db3/.mcap file')
     parser.add_argument('--topic', default=None, help='only this topic (default: all event '
                                                       'topics)')
     parser.add_argument('--backend', default='auto', choices=('auto', 'cpp', 'numpy'),
                         help='decoder backend')
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -30,6 +30,7 @@ import sys
 
 import numpy as np
 
+from veckm_flow_ros.cli import add_command
 from veckm_flow_ros.cli.replay import (add_long_context_argument, add_min_validity_argument,
                                        check_long_context_argument, check_min_validity_argument)
 
@@ -37,9 +38,9 @@ CHUNK_EVENTS = 200_000
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'predict', help='normal flow for events in a .npz file',
-        description='Per-event normal flow for events in a .npz (t, x, y[, p, width, height]).')
+    parser = add_command(
+        subparsers, 'predict', run, 'normal flow for events in a .npz file',
+        'Per-event normal flow for events in a .npz (t, x, y[, p, width, height]).')
     parser.add_argument('--events', required=True, metavar='IN.npz',
                         help='input events: t (float64 s or int64 ns, finite, sorted by time: '
                              'unsorted times are refused), x, y, optional p, width, height')
@@ -57,7 +58,6 @@ def register(subparsers):
                         help='past-only context (lower latency, lower accuracy)')
     add_min_validity_argument(parser)
     add_long_context_argument(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -15,17 +15,17 @@
 """`veckm-flow replay BAG`: run the node's estimator over a bag offline and write the results."""
 
 
-from veckm_flow_ros.cli import HelpFormatter
+from veckm_flow_ros.cli import add_command
 
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'replay', help='replay an EventPacket bag through the estimator, write flows/pictures',
-        description='Decode an event-camera bag (.db3 / .mcap / bag directory), run the same '
-                    'NormalFlowEstimator as the node, and write any of: a bag with the '
-                    '/veckm_flow/flow PointCloud2 and /veckm_flow/flow_image messages, an npz '
-                    'of per-event flows, an mp4 video, PNG frames. Prints a summary table.',
-        formatter_class=HelpFormatter)
+    parser = add_command(
+        subparsers, 'replay', run,
+        'replay an EventPacket bag through the estimator, write flows/pictures',
+        'Decode an event-camera bag (.db3 / .mcap / bag directory), run the same '
+        'NormalFlowEstimator as the node, and write any of: a bag with the '
+        '/veckm_flow/flow PointCloud2 and /veckm_flow/flow_image messages, an npz '
+        'of per-event flows, an mp4 video, PNG frames. Prints a summary table.')
     parser.add_argument('bag', help='input bag directory or .db3/.mcap file')
     parser.add_argument('--topic', default=None,
                         help="event topic (default: the bag's only event topic)")
@@ -70,7 +70,6 @@ def register(subparsers):
     add_min_validity_argument(parser)
     add_long_context_argument(parser)
     parser.add_argument('--quiet', action='store_true', help='no progress bar')
-    parser.set_defaults(func=run)
 
 
 def add_min_validity_argument(parser):
@@ -103,6 +102,16 @@ def add_long_context_argument(parser, note: str = ''):
                              "twice as long, as the node's long_context_below_px_s (default: "
                              f'{default:g}; 0 = off; the extra context is past: no extra latency)'
                              + (f'; {note}' if note else ''))
+
+
+def parse_benchmark_arguments(parser, argv=None):
+    """Parse a benchmark's arguments; a bad --long-context-below-px-s is a usage error."""
+    args = parser.parse_args(argv)
+    try:
+        check_long_context_argument(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
 
 
 def check_long_context_argument(args):

@@ -17,13 +17,15 @@
 import pathlib
 import time
 
+from veckm_flow_ros.cli import add_command
+
 
 def register(subparsers):
     from veckm_flow_ros.learning import simulate, simulate3d
-    parser = subparsers.add_parser(
-        'simulate', help='simulate events with exact ground-truth optical flow',
-        description='Render a procedurally textured scene under a known motion and write its '
-                    'events with per-event ground-truth optical flow (px/s) to an .npz file.')
+    parser = add_command(
+        subparsers, 'simulate', run, 'simulate events with exact ground-truth optical flow',
+        'Render a procedurally textured scene under a known motion and write its '
+        'events with per-event ground-truth optical flow (px/s) to an .npz file.')
     parser.add_argument('--out', required=True, help='output .npz path')
     parser.add_argument('--bag', default=None,
                         help='also write the events as a ROS 2 bag of EventPackets (a new '
@@ -61,7 +63,6 @@ def register(subparsers):
                        help='gyroscope .npz path (default: OUT with _gyro.npz)')
     group.add_argument('--camera-out', default=None,
                        help='camera calibration YAML path (default: OUT with _camera.yaml)')
-    parser.set_defaults(func=run)
 
 
 OPTIONS_3D = ('trajectory', 'distortion', 'noise_hz', 'gyro_rate_hz', 'gyro_out', 'camera_out')

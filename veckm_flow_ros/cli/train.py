@@ -16,13 +16,28 @@
 
 import dataclasses
 
+from veckm_flow_ros.cli import add_command
+
+# Recipe values a run may override (default None: the recipe's): flag, type, help.
+RECIPE_OVERRIDES = (
+    ('--epochs', int, 'override the epochs'),
+    ('--num-sequences', int, 'override the number of simulated training sequences'),
+    ('--batches-per-epoch', int, 'override the batches per epoch'),
+    ('--noise-target-fraction', float, 'background-noise targets (trained towards zero flow) '
+     'per signal target (default: the recipe value)'),
+    ('--noise-loss-weight', float, 'weight of the pull of noise targets towards zero flow'),
+    ('--max-speed-px-s', float, 'override the highest typical scene speed (log-uniform from '
+     '30 px/s; quick and full: 1500, full2: 3000)'),
+    ('--learning-rate', float, 'override the peak learning rate (default 2e-3)'),
+)
+
 
 def register(subparsers):
-    parser = subparsers.add_parser(
-        'train', help='train a normal-flow model on simulated events',
-        description='Simulate training scenes, encode a feature bank with the compiled '
-                    'encoder and train the MLP with the generalized-normal-flow loss. '
-                    'Resumable: rerun with --resume and the same work directory.')
+    parser = add_command(
+        subparsers, 'train', run, 'train a normal-flow model on simulated events',
+        'Simulate training scenes, encode a feature bank with the compiled '
+        'encoder and train the MLP with the generalized-normal-flow loss. '
+        'Resumable: rerun with --resume and the same work directory.')
     parser.add_argument('--out', required=True, help='output checkpoint (.npz)')
     parser.add_argument('--work-dir', default='train_work',
                         help='cache for sequences, feature bank and training state '
@@ -38,11 +53,8 @@ def register(subparsers):
                              '(the shipped models); full2: full plus dense fine texture, zoom '
                              'with rotation and speeds up to 3000 px/s (model card)')
     parser.add_argument('--seed', type=int, default=0, help='random seed (default 0)')
-    parser.add_argument('--epochs', type=int, default=None, help='override the epochs')
-    parser.add_argument('--num-sequences', type=int, default=None,
-                        help='override the number of simulated training sequences')
-    parser.add_argument('--batches-per-epoch', type=int, default=None,
-                        help='override the batches per epoch')
+    for flag, value_type, help_text in RECIPE_OVERRIDES:
+        parser.add_argument(flag, type=value_type, default=None, help=help_text)
     parser.add_argument('--scenes3d', type=int, default=None, metavar='N',
                         help='add N 3D room scenes (simulate --scene 3d, all trajectories in '
                              'turn) to the 2D training sequences (default 0)')
@@ -50,18 +62,10 @@ def register(subparsers):
                         help='c4 (default): exactly equivariant to rotations by 90 degrees '
                              '(frequencies in orbits, MLP weights averaged over the group); '
                              'd4: also to flips; none: a plain MLP on independent frequencies')
-    parser.add_argument('--noise-target-fraction', type=float, default=None,
-                        help='background-noise targets (trained towards zero flow) per '
-                             'signal target (default: the recipe value)')
-    parser.add_argument('--noise-loss-weight', type=float, default=None,
-                        help='weight of the pull of noise targets towards zero flow')
     parser.add_argument('--init-model', default=None, metavar='MODEL',
                         help='fine-tune: start from this model (shipped name or .npz) instead '
                              'of random weights; it must have the same D, hidden size, '
                              'equivariance and frequencies (seed)')
-    parser.add_argument('--max-speed-px-s', type=float, default=None,
-                        help='override the highest typical scene speed (log-uniform from '
-                             '30 px/s; quick and full: 1500, full2: 3000)')
     parser.add_argument('--contrast-range', type=float, nargs=2, default=None,
                         metavar=('LOW', 'HIGH'),
                         help='override the texture contrast range of the scenes [log '
@@ -74,14 +78,11 @@ def register(subparsers):
                         metavar=('LOW', 'HIGH'),
                         help='override the range of the per-pixel threshold spread of the '
                              'random sensors [log intensity] (default 0.01 0.06)')
-    parser.add_argument('--learning-rate', type=float, default=None,
-                        help='override the peak learning rate (default 2e-3)')
     parser.add_argument('--threads', type=int, default=None,
                         help='torch CPU threads (default: torch decides)')
     parser.add_argument('--name', default=None, help='model name stored in the checkpoint')
     parser.add_argument('--resume', action='store_true',
                         help='continue from the training state in --work-dir')
-    parser.set_defaults(func=run)
 
 
 def run(args):
@@ -115,6 +116,16 @@ def run(args):
             raise ValueError(f'{rule}, got {value}')
         overrides[key] = value
 
+    def override_range(keys, value, lowest, highest, flag):
+        """Set the recipe's (min, max) `keys` to a LOW HIGH option in [lowest, highest]."""
+        if value is None:
+            return
+        low, high = value
+        if not lowest <= low <= high <= highest:
+            raise ValueError(f'{flag} must be {lowest:g} <= LOW <= HIGH <= {highest:g} (log '
+                             f'intensity), got {low:g} {high:g}')
+        overrides.update(zip(keys, (low, high)))
+
     override('epochs', args.epochs)
     override('num_sequences', args.num_sequences)
     override('scenes3d', args.scenes3d, lambda v: 0 <= v <= 100000,
@@ -132,19 +143,11 @@ def run(args):
         overrides['init_model'] = args.init_model
     override('speed_max_px_s', args.max_speed_px_s, lambda v: 30 <= v <= 20000,
              '--max-speed-px-s must be in [30, 20000] px/s')
-    if args.contrast_range is not None:
-        low, high = args.contrast_range
-        if not 0.01 <= low <= high <= 10:
-            raise ValueError('--contrast-range must be 0.01 <= LOW <= HIGH <= 10 (log '
-                             f'intensity), got {low:g} {high:g}')
-        overrides.update(contrast_min=low, contrast_max=high)
+    override_range(('contrast_min', 'contrast_max'), args.contrast_range, 0.01, 10,
+                   '--contrast-range')
     override('contrast_distribution', args.contrast_distribution)
-    if args.threshold_sigma_range is not None:
-        low, high = args.threshold_sigma_range
-        if not 0 <= low <= high <= 0.5:
-            raise ValueError('--threshold-sigma-range must be 0 <= LOW <= HIGH <= 0.5 (log '
-                             f'intensity), got {low:g} {high:g}')
-        overrides.update(threshold_sigma_min=low, threshold_sigma_max=high)
+    override_range(('threshold_sigma_min', 'threshold_sigma_max'), args.threshold_sigma_range,
+                   0, 0.5, '--threshold-sigma-range')
     override('learning_rate', args.learning_rate, lambda v: 0 < v < 1,
              '--learning-rate must be in (0, 1)')
     override('noise_target_fraction', args.noise_target_fraction, lambda v: 0 <= v <= 1,

@@ -60,6 +60,15 @@ _INVALID_CODES = {'evt3': 'invalid type codes (1, 11, 12, 13)',
                   'libcaer_cmp': 'undefined type codes (6..15)'}
 # Indices of the int64 `stats` returned by every kernel (numpy and C++).
 _STAT_OUT_OF_BOUNDS, _STAT_INVALID_WORDS, _STAT_TRAILING_BYTES, _STAT_INVALID_TIMESTAMPS = range(4)
+# The problem each counter reports: (stats index, problem kind, message template).
+_STAT_REPORTS = (
+    (_STAT_TRAILING_BYTES, 'truncated', '{encoding}: {num_bytes} bytes is not a whole number of '
+     '{word_bytes}-byte words: the last {count} byte(s) were ignored'),
+    (_STAT_INVALID_WORDS, 'invalid_code', '{encoding}: {count} word(s) with {codes} were ignored'),
+    (_STAT_OUT_OF_BOUNDS, 'out_of_bounds', '{encoding}: {count} event(s) outside the '
+     '{width}x{height} sensor (x >= width or y >= height) were dropped'),
+    (_STAT_INVALID_TIMESTAMPS, 'invalid_timestamp', '{encoding}: {count} event(s) with a '
+     'negative timestamp were dropped'))
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -279,27 +288,14 @@ class PacketDecoder:
         problems.append(text)
 
     def _report(self, encoding, stats, num_bytes, width, height, problems):
-        trailing = int(stats[_STAT_TRAILING_BYTES])
-        if trailing:
-            self._problem(problems, 'truncated', trailing,
-                          f'{encoding}: {num_bytes} bytes is not a whole number of '
-                          f'{_WORD_BYTES[encoding]}-byte words: the last {trailing} byte(s) '
-                          'were ignored')
-        invalid = int(stats[_STAT_INVALID_WORDS])
-        if invalid:
-            self._problem(problems, 'invalid_code', invalid,
-                          f'{encoding}: {invalid} word(s) with {_INVALID_CODES[encoding]} '
-                          'were ignored')
-        outside = int(stats[_STAT_OUT_OF_BOUNDS])
-        if outside:
-            self._problem(problems, 'out_of_bounds', outside,
-                          f'{encoding}: {outside} event(s) outside the {width}x{height} sensor '
-                          '(x >= width or y >= height) were dropped')
-        negative = int(stats[_STAT_INVALID_TIMESTAMPS])
-        if negative:
-            self._problem(problems, 'invalid_timestamp', negative,
-                          f'{encoding}: {negative} event(s) with a negative timestamp were '
-                          'dropped')
+        """Count and describe each non-zero counter of a decode call's `stats` (_STAT_REPORTS)."""
+        for index, kind, text in _STAT_REPORTS:
+            count = int(stats[index])
+            if count:
+                self._problem(problems, kind, count, text.format(
+                    encoding=encoding, count=count, num_bytes=num_bytes, width=width,
+                    height=height, word_bytes=_WORD_BYTES[encoding],
+                    codes=_INVALID_CODES.get(encoding, 'invalid codes')))
 
     def _check_time_order(self, encoding, t_ns, problems):
         """Report times that decrease, inside the message and against the previous message."""

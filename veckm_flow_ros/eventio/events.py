@@ -26,6 +26,12 @@ from typing import Sequence
 import numpy as np
 
 
+def as_columns(columns, dtypes: dict):
+    """Turn each attribute of `columns` named in `dtypes` into a contiguous array of its dtype."""
+    for name, dtype in dtypes.items():
+        setattr(columns, name, np.ascontiguousarray(getattr(columns, name), dtype=dtype))
+
+
 @dataclass
 class EventArray:
     """N events as column arrays: t_ns int64[N], x uint16[N], y uint16[N], p uint8[N]."""
@@ -35,11 +41,10 @@ class EventArray:
     y: np.ndarray
     p: np.ndarray
 
+    DTYPES = {'t_ns': np.int64, 'x': np.uint16, 'y': np.uint16, 'p': np.uint8}
+
     def __post_init__(self):
-        self.t_ns = np.ascontiguousarray(self.t_ns, dtype=np.int64)
-        self.x = np.ascontiguousarray(self.x, dtype=np.uint16)
-        self.y = np.ascontiguousarray(self.y, dtype=np.uint16)
-        self.p = np.ascontiguousarray(self.p, dtype=np.uint8)
+        as_columns(self, self.DTYPES)
         n = len(self.t_ns)
         if not (len(self.x) == len(self.y) == len(self.p) == n):
             raise ValueError(
@@ -79,10 +84,10 @@ class TriggerArray:
     channel: np.ndarray
     edge: np.ndarray
 
+    DTYPES = {'t_ns': np.int64, 'channel': np.uint8, 'edge': np.uint8}
+
     def __post_init__(self):
-        self.t_ns = np.ascontiguousarray(self.t_ns, dtype=np.int64)
-        self.channel = np.ascontiguousarray(self.channel, dtype=np.uint8)
-        self.edge = np.ascontiguousarray(self.edge, dtype=np.uint8)
+        as_columns(self, self.DTYPES)
 
     def __len__(self):
         return len(self.t_ns)

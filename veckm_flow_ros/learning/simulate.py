@@ -35,6 +35,9 @@ to the sensor resolution (1 us by default).
 
 Everything is vectorised over pixels (numpy); a 346x260 scene runs at millions of events per
 minute on one CPU core.
+
+The textures are made in learning/textures.py, the sensor (thresholds, refractory period,
+background activity) is learning/event_sensor.py.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -46,9 +49,12 @@ import cv2
 import numpy as np
 
 from veckm_flow_ros.eventio.events import EventArray
+# Re-exported: callers build sensors and textures through this module.
+from veckm_flow_ros.learning.event_sensor import (PixelState, sensor_times_ns,  # noqa: F401
+                                                  SensorConfig, with_background_noise)
+from veckm_flow_ros.learning.textures import (blur, coords, make_texture,  # noqa: F401
+                                              TEXTURES)
 
-TEXTURES = ('noise', 'edges', 'checker', 'polygons', 'bars', 'pink', 'gratings', 'blobs',
-            'fine')
 MOTIONS = ('translation', 'rotation', 'zoom', 'affine', 'objects', 'spiral')
 
 # Held-out split: the training recipe never sees these textures or motions (see train.py).
@@ -139,130 +145,6 @@ class Motion:
         return float(np.max(np.hypot(u, v)))
 
 
-# --------------------------------------------------------------------------------------------
-# Textures (log intensity rasters)
-
-
-def _blur(image, sigma_px):
-    """Periodic Gaussian blur through the FFT (no scipy needed)."""
-    fy = np.fft.fftfreq(image.shape[0])[:, None]
-    fx = np.fft.rfftfreq(image.shape[1])[None, :]
-    kernel = np.exp(-2.0 * (math.pi * sigma_px) ** 2 * (fx ** 2 + fy ** 2))
-    return np.fft.irfft2(np.fft.rfft2(image) * kernel, s=image.shape)
-
-
-def _normalise(image):
-    image = image - image.mean()
-    return image / max(float(np.abs(image).max()), 1e-9)
-
-
-def _standardise(image):
-    return (image - image.mean()) / max(float(image.std()), 1e-9)
-
-
-def _coords(size):
-    return np.meshgrid(np.arange(size, dtype=np.float64), np.arange(size, dtype=np.float64))
-
-
-def make_texture(kind, size, rng):
-    """
-    Return a (size, size) float32 raster in [-1, 1] of texture `kind` (one of TEXTURES).
-
-    Every texture is finally blurred by a random optics blur (sigma 0..1.5 px; 0..0.6 px for
-    'fine', whose grain would not survive more, and which keeps 15..50 % of the contrast).
-    """
-    xx, yy = _coords(size)
-    if kind == 'noise':
-        # Band-limited noise, two octaves with random weights.
-        sigma = rng.uniform(1.5, 6.0)
-        image = _standardise(_blur(rng.standard_normal((size, size)), sigma))
-        image += rng.uniform(0.0, 0.7) * _standardise(_blur(rng.standard_normal((size, size)),
-                                                            sigma * 4))
-        image = np.tanh(image / 2.5)
-    elif kind == 'fine':
-        # Fine-grained band-limited noise: grain of 0.5..1.5 px, so a moving texture makes
-        # many events per pixel (dense scenes).
-        sigma = rng.uniform(0.5, 1.5)
-        image = _standardise(_blur(rng.standard_normal((size, size)), sigma))
-        image += rng.uniform(0.0, 0.5) * _standardise(_blur(rng.standard_normal((size, size)),
-                                                            sigma * 3))
-        image = np.tanh(image / rng.uniform(0.8, 2.0))
-    elif kind == 'edges':
-        # Piecewise-constant regions cut by random straight edges.
-        image = np.zeros((size, size))
-        for _ in range(rng.integers(6, 20)):
-            angle = rng.uniform(0, 2 * math.pi)
-            offset = rng.uniform(0, size)
-            side = (xx - size / 2) * math.cos(angle) + (yy - size / 2) * math.sin(angle) \
-                + size / 2 - offset
-            image += rng.uniform(-1, 1) * np.tanh(side / 0.7)
-    elif kind == 'checker':
-        cell = rng.uniform(6, 40)
-        angle = rng.uniform(0, math.pi / 2)
-        xr = xx * math.cos(angle) + yy * math.sin(angle)
-        yr = -xx * math.sin(angle) + yy * math.cos(angle)
-        image = np.tanh(np.sin(math.pi * xr / cell) / 0.15) * np.tanh(
-            np.sin(math.pi * yr / cell) / 0.15)
-    elif kind == 'polygons':
-        image = np.full((size, size), rng.uniform(-1, 1))
-        for _ in range(int(rng.uniform(0.5, 2.0) * size * size / 2000)):
-            centre = rng.uniform(0, size, 2)
-            radius = rng.uniform(4, max(size / 8, 6))
-            angles = np.sort(rng.uniform(0, 2 * math.pi, rng.integers(3, 8)))
-            radii = radius * rng.uniform(0.5, 1.0, len(angles))
-            poly = np.stack([centre[0] + radii * np.cos(angles),
-                             centre[1] + radii * np.sin(angles)], 1)
-            cv2.fillPoly(image, [np.round(poly * 16).astype(np.int32)], rng.uniform(-1, 1),
-                         lineType=cv2.LINE_8, shift=4)
-        image = _blur(image, 0.6)
-    elif kind == 'bars':
-        # Parallel bars of random widths and intensities (not periodic).
-        angle = rng.uniform(0, math.pi)
-        along = xx * math.cos(angle) + yy * math.sin(angle)
-        widths = rng.uniform(2, 30, int(3 * size / 2) + 2)
-        boundaries = np.cumsum(widths) - size
-        values = rng.uniform(-1, 1, len(boundaries) + 1)
-        image = _blur(values[np.searchsorted(boundaries, along)], 0.6)
-    elif kind == 'pink':
-        # 1/f^beta noise, like natural images.
-        beta = rng.uniform(0.8, 1.6)
-        fy = np.fft.fftfreq(size)[:, None]
-        fx = np.fft.rfftfreq(size)[None, :]
-        spectrum = np.maximum(np.hypot(fx, fy), 1.0 / size) ** -beta
-        white = np.fft.rfft2(rng.standard_normal((size, size)))
-        image = np.tanh(_standardise(np.fft.irfft2(white * spectrum, s=(size, size)))
-                        * rng.uniform(0.5, 2.0))
-    elif kind == 'gratings':
-        image = np.zeros((size, size))
-        for _ in range(rng.integers(1, 3)):
-            period = rng.uniform(6, 40)
-            angle = rng.uniform(0, math.pi)
-            phase = 2 * math.pi * (xx * math.cos(angle) + yy * math.sin(angle)) / period
-            square = rng.uniform() < 0.5
-            image += np.tanh(np.sin(phase) / 0.2) if square else np.sin(phase)
-    elif kind == 'blobs':
-        image = np.zeros((size, size))
-        for _ in range(int(rng.uniform(0.5, 2.0) * size * size / 1000)):
-            centre = rng.uniform(0, size, 2)
-            axes = rng.uniform(2, max(size / 12, 4), 2)
-            cv2.ellipse(image, (int(centre[0] * 16), int(centre[1] * 16)),
-                        (int(axes[0] * 16), int(axes[1] * 16)), rng.uniform(0, 180), 0, 360,
-                        rng.uniform(-1, 1), thickness=-1, lineType=cv2.LINE_8, shift=4)
-        image = _blur(image, 0.6)
-    else:
-        raise ValueError(f'unknown texture {kind!r}; choose one of {", ".join(TEXTURES)}')
-    optics_sigma = rng.uniform(0.0, 0.6 if kind == 'fine' else 1.5)
-    if optics_sigma > 0.1:
-        image = _blur(image, optics_sigma)
-    image = _normalise(image)
-    if kind == 'fine':
-        # Optics pass fine grain at a fraction of the contrast of coarse structure; at full
-        # contrast a 1 px grain moving at 2000 px/s makes thousands of events per pixel and
-        # second, beyond a real sensor's bandwidth.
-        image *= rng.uniform(0.15, 0.5)
-    return image.astype(np.float32)
-
-
 def _sample(raster, qx, qy, mirror):
     """
     Bilinear sample of a (H, W) float32 raster at float32 pixel coords (cv2.remap).
@@ -304,19 +186,6 @@ class Layer:
         reach = 0.75 * self.alpha.shape[0]
         return float(np.linalg.norm(self.motion.velocity_px_s)
                      + np.linalg.norm(self.motion.gradient_per_s, 2) * reach)
-
-
-@dataclass
-class SensorConfig:
-    """Event-sensor model. Thresholds in log-intensity units, times in seconds."""
-
-    threshold: float = 0.25
-    threshold_sigma: float = 0.03
-    refractory_s: float = 1e-4
-    noise_rate_hz_per_px: float = 0.1
-    max_step_px: float = 0.5
-    max_step_s: float = 2e-3
-    time_resolution_ns: int = 1000
 
 
 @dataclass
@@ -499,7 +368,7 @@ def _make_object(rng, width, height, speed_px_s, texture, contrast):
     """Return a textured polygon or ellipse layer with its own translation and spin."""
     radius = rng.uniform(0.1, 0.3) * min(width, height)
     size = int(2 * radius + 8)
-    xx, yy = _coords(size)
+    xx, yy = coords(size)
     c = size / 2
     if rng.uniform() < 0.5:
         angles = np.sort(rng.uniform(0, 2 * math.pi, rng.integers(3, 9)))
@@ -509,7 +378,7 @@ def _make_object(rng, width, height, speed_px_s, texture, contrast):
     else:
         ratio = rng.uniform(0.4, 1.0)
         mask = (((xx - c) / radius) ** 2 + ((yy - c) / (radius * ratio)) ** 2 < 1).astype(float)
-    alpha = np.clip(_blur(np.pad(mask, 4), 0.5)[4:-4, 4:-4], 0, 1).astype(np.float32)
+    alpha = np.clip(blur(np.pad(mask, 4), 0.5)[4:-4, 4:-4], 0, 1).astype(np.float32)
     # Objects differ from the background by an offset, so their outline is an edge too.
     values = contrast * make_texture(texture, size, rng) + rng.uniform(-1, 1)
     centre = rng.uniform(0.15, 0.85, 2) * [width, height]
@@ -597,135 +466,6 @@ def simulate(scene, duration_s=0.5, seed=0):
     return SimulatedSequence(events, flow[order].astype(np.float32), is_noise[order],
                              width, height, dict(scene.description, duration_s=duration_s,
                                                  sim_seed=seed))
-
-
-@dataclass
-class PixelState:
-    """
-    Per-pixel state of the event sensor: thresholds, reference level, time of the last event.
-
-    threshold_on, threshold_off: (H, W) contrast thresholds [log intensity]; reference: (H, W)
-    float64 log intensity of each pixel's last event; last_event_s: (H, W) [s].
-    """
-
-    threshold_on: np.ndarray
-    threshold_off: np.ndarray
-    reference: np.ndarray
-    last_event_s: np.ndarray
-    refractory_s: float
-
-    @classmethod
-    def start(cls, sensor, rng, level):
-        """Draw the thresholds and random start references for the first log image `level`."""
-        height, width = level.shape
-        threshold_on = np.maximum(sensor.threshold * (
-            1 + sensor.threshold_sigma / sensor.threshold
-            * rng.standard_normal((height, width))), 0.02)
-        threshold_off = np.maximum(sensor.threshold * (
-            1 + sensor.threshold_sigma / sensor.threshold
-            * rng.standard_normal((height, width))), 0.02)
-        # Random initial reference inside (-C_off, C_on) so pixels do not fire in lock-step.
-        offset = rng.uniform(size=(height, width)) * (threshold_on + threshold_off) \
-            - threshold_off
-        reference = level.astype(np.float64) - 0.99 * offset
-        return cls(threshold_on, threshold_off, reference,
-                   np.full((height, width), -np.inf), sensor.refractory_s)
-
-    def crossings(self, level_prev, level_cur, t_prev, step):
-        """Events between two log images `step` seconds apart (see _crossings)."""
-        return _crossings(level_prev.astype(np.float64), level_cur.astype(np.float64),
-                          self.reference, self.threshold_on, self.threshold_off,
-                          self.last_event_s, t_prev, step, self.refractory_s)
-
-
-def background_noise(sensor, rng, width, height, duration_s):
-    """
-    Background-activity events: Poisson in time, uniform over pixels, random polarity.
-
-    Returns (t_s float64, x int64, y int64, is_on bool) arrays or None when there are none.
-    """
-    n_noise = rng.poisson(sensor.noise_rate_hz_per_px * width * height * duration_s)
-    if not n_noise:
-        return None
-    return (rng.uniform(0, duration_s, n_noise), rng.integers(0, width, n_noise),
-            rng.integers(0, height, n_noise), rng.uniform(size=n_noise) < 0.5)
-
-
-def with_background_noise(sensor, rng, width, height, duration_s, t_s, x, y, on, *columns):
-    """
-    Append background-activity events (background_noise) to the signal events' columns.
-
-    t_s, x, y, on: the signal events; columns: (values, fill) pairs of further per-event
-    arrays, `fill` being the noise events' value (NaN ground truth, ...). Returns (t_s, x, y,
-    on, is_noise, [each column extended]), signal events first.
-    """
-    values = [np.asarray(column) for column, _ in columns]
-    fills = [fill for _, fill in columns]
-    is_noise = np.zeros(len(t_s), bool)
-    noise = background_noise(sensor, rng, width, height, duration_s)
-    if noise is None:
-        return t_s, x, y, on, is_noise, values
-    n_noise = len(noise[0])
-    t_s, x, y, on = (np.concatenate([signal, extra]) for signal, extra in
-                     zip((t_s, x, y, on), noise))
-    values = [np.concatenate([column, np.full((n_noise,) + column.shape[1:], fill,
-                                              column.dtype)])
-              for column, fill in zip(values, fills)]
-    return t_s, x, y, on, np.concatenate([is_noise, np.ones(n_noise, bool)]), values
-
-
-def sensor_times_ns(t_s, sensor):
-    """Event times [s] rounded to the sensor's time resolution: int64 [ns]."""
-    resolution = int(sensor.time_resolution_ns)
-    return np.round(t_s * 1e9 / resolution).astype(np.int64) * resolution
-
-
-def _crossings(level_prev, level_cur, reference, threshold_on, threshold_off, last_event_s,
-               t_prev, step, refractory_s):
-    """
-    Threshold crossings of one render step, linearly interpolated in time.
-
-    Updates `reference` and `last_event_s` in place. Returns (t_s float64[M], flat pixel index
-    int64[M], is_on bool[M]) or None when no pixel fired.
-    """
-    diff = level_cur - reference
-    n_on = np.floor(diff / threshold_on)
-    n_off = np.floor(-diff / threshold_off)
-    count = np.where(diff > 0, n_on, n_off).astype(np.int64)
-    count = np.maximum(count, 0)
-    fired = np.flatnonzero(count)
-    if len(fired) == 0:
-        return None
-    n = count.reshape(-1)[fired]
-    is_on = diff.reshape(-1)[fired] > 0
-    c = np.where(is_on, threshold_on.reshape(-1)[fired], threshold_off.reshape(-1)[fired])
-    sign = np.where(is_on, 1.0, -1.0)
-    ref = reference.reshape(-1)[fired]
-    lp = level_prev.reshape(-1)[fired]
-    slope = (level_cur.reshape(-1)[fired] - lp) / step  # log intensity per second, nonzero
-    # k-th crossing (k = 1..n) at level ref + sign k c.
-    first_s = t_prev + (ref + sign * c - lp) / slope
-    spacing_s = c / np.abs(slope)
-    reference.reshape(-1)[fired] = ref + sign * n * c
-
-    # Refractory: first crossing at least refractory_s after the previous event, then every
-    # m-th crossing (crossings inside one step are equally spaced).
-    last = last_event_s.reshape(-1)[fired]
-    k0 = np.maximum(np.ceil((last + refractory_s - first_s) / spacing_s - 1e-9), 0)
-    k0 = np.where(np.isfinite(k0), k0, 0).astype(np.int64)
-    m = np.maximum(np.ceil(refractory_s / spacing_s - 1e-9), 1).astype(np.int64)
-    kept = np.where(k0 < n, (n - 1 - k0) // m + 1, 0)
-    total = int(kept.sum())
-    if total == 0:
-        return None
-    owner_of = np.repeat(np.arange(len(fired)), kept)
-    rank = np.arange(total) - np.repeat(np.cumsum(kept) - kept, kept)
-    k = k0[owner_of] + rank * m[owner_of]
-    t_s = first_s[owner_of] + k * spacing_s[owner_of]
-    has = kept > 0
-    last_k = k0 + (kept - 1) * m
-    last_event_s.reshape(-1)[fired[has]] = (first_s + last_k * spacing_s)[has]
-    return t_s, fired[owner_of], is_on[owner_of]
 
 
 def normal_flow_px_s(scene, sequence, step_s=1e-3, blur_sigma_px=1.0):

@@ -32,7 +32,8 @@ Recipe (loss: docs/algorithm.md), in three cached stages under a work directory:
    inverse-density weights again), AdamW with cosine decay. The state (weights, optimiser,
    epoch) is checkpointed after every epoch; `resume` continues bit-identically.
    With equivariance 'c4' (the default) or 'd4' the MLP is exactly equivariant to rotations
-   by 90 degrees (and flips): its weights are averaged over the group (EquivariantFlowMLP),
+   by 90 degrees (and flips): its weights are averaged over the group (EquivariantFlowMLP,
+   learning/flow_mlp.py),
    on frequencies closed under the group (symmetry.symmetric_frequencies). The saved model is
    an ordinary MLP of the same shape and cost.
 
@@ -61,6 +62,7 @@ from veckm_flow_ros.core.symmetry import (  # noqa: F401 - part of this module's
     feature_permutations, SQUARE_SYMMETRIES, symmetric_frequencies, symmetry_group,
     transformed_frequencies)
 from veckm_flow_ros.learning import simulate
+from veckm_flow_ros.learning.flow_mlp import EquivariantFlowMLP, FlowMLP
 
 
 @dataclass
@@ -372,98 +374,6 @@ def build_feature_bank(recipe: Recipe, freq, cache_dir=None, log: Callable = _lo
 
 # --------------------------------------------------------------------------------------------
 # Stage 3: the MLP
-
-
-class FlowMLP(torch.nn.Module):
-    """relu(relu(X W1) W2) W3 without biases; X float [B, 2D] -> flow [B, 2] (model unit)."""
-
-    def __init__(self, input_size, hidden_size):
-        super().__init__()
-        self.layer1 = torch.nn.Linear(input_size, hidden_size, bias=False)
-        self.layer2 = torch.nn.Linear(hidden_size, hidden_size, bias=False)
-        self.layer3 = torch.nn.Linear(hidden_size, 2, bias=False)
-
-    def forward(self, features):
-        hidden = torch.relu(self.layer1(features))
-        hidden = torch.relu(self.layer2(hidden))
-        return self.layer3(hidden)
-
-    def weights(self):
-        """Return (w1 [2D, H], w2 [H, H], w3 [H, 2]) as used by VecKMFlowModel."""
-        return tuple(layer.weight.detach().T.contiguous().clone()
-                     for layer in (self.layer1, self.layer2, self.layer3))
-
-
-class EquivariantFlowMLP(FlowMLP):
-    """
-    FlowMLP whose weights are averaged over a symmetry group: exactly equivariant.
-
-    With frequencies closed under the group (symmetric_frequencies), transforming the events by
-    G permutes the input features (feature_permutations); the hidden layers carry the regular
-    representation (H / |G| channels x |G| group elements, G acting by (c, h) -> (c, G h), unit
-    (c, h) stored at h * H / |G| + c); the output flow turns by G. Each layer's weight is W_sym
-    = mean_g rho_out(g)^-1 W rho_in(g), which commutes with the group, and ReLU commutes with
-    permutations, so f(features of G d) = G f(features of d). weights() returns the averaged
-    weights: an ordinary MLP of the same shape.
-    """
-
-    def __init__(self, input_size, hidden_size, group, input_permutations):
-        super().__init__(input_size, hidden_size)
-        size = len(group)
-        if hidden_size % size:
-            raise ValueError(f'hidden_size = {hidden_size} is not a multiple of the group '
-                             f'size {size}')
-        matrices = [np.asarray(g, np.int64) for g in group]
-        index = {m.tobytes(): i for i, m in enumerate(matrices)}
-        inverse_of = [index[np.round(np.linalg.inv(m)).astype(np.int64).tobytes()]
-                      for m in matrices]
-        half = input_size // 2
-        # (rho y)[k] = y[sigma[k]] for every representation below; rho(g)^-1 = rho(g^-1).
-        sigma_in = [np.concatenate([p, p + half]) for p in input_permutations]
-        channels = hidden_size // size
-        sigma_hidden = []
-        for g in range(size):
-            moved = [index[(matrices[inverse_of[g]] @ matrices[h]).tobytes()]
-                     for h in range(size)]
-            sigma_hidden.append((np.asarray(moved)[:, None] * channels
-                                 + np.arange(channels)[None, :]).reshape(-1))
-
-        def column_index(sigma):
-            # (W rho(g))[:, j] = W[:, sigma^-1[j]].
-            return torch.from_numpy(np.argsort(np.stack(sigma)))
-
-        self.register_buffer('in_columns', column_index(sigma_in), persistent=False)
-        self.register_buffer('hidden_columns', column_index(sigma_hidden), persistent=False)
-        self.register_buffer('hidden_rows', torch.from_numpy(
-            np.stack([sigma_hidden[inverse_of[g]] for g in range(size)])), persistent=False)
-        self.register_buffer('output_turn', torch.from_numpy(
-            np.stack([m.T for m in matrices]).astype(np.float32)), persistent=False)
-        with torch.no_grad():
-            # Averaging |G| permuted copies shrinks random weights by about sqrt(|G|).
-            for layer in (self.layer1, self.layer2, self.layer3):
-                layer.weight.mul_(math.sqrt(size))
-
-    def averaged_weights(self):
-        """Return the group-averaged (W1, W2, W3) in torch.nn.Linear layout (out, in)."""
-        w1 = self.layer1.weight
-        w2 = self.layer2.weight
-        w3 = self.layer3.weight
-        size = len(self.in_columns)
-        w1_sym = sum(w1[self.hidden_rows[g]][:, self.in_columns[g]] for g in range(size))
-        w2_sym = sum(w2[self.hidden_rows[g]][:, self.hidden_columns[g]] for g in range(size))
-        w3_sym = sum(self.output_turn[g] @ w3[:, self.hidden_columns[g]] for g in range(size))
-        return w1_sym / size, w2_sym / size, w3_sym / size
-
-    def forward(self, features):
-        w1, w2, w3 = self.averaged_weights()
-        hidden = torch.relu(features @ w1.T)
-        hidden = torch.relu(hidden @ w2.T)
-        return hidden @ w3.T
-
-    def weights(self):
-        """Return the averaged (w1 [2D, H], w2 [H, H], w3 [H, 2]) for VecKMFlowModel."""
-        with torch.no_grad():
-            return tuple(w.T.contiguous().clone() for w in self.averaged_weights())
 
 
 def make_mlp(recipe: Recipe, input_size: int, freq=None):

@@ -78,13 +78,17 @@ def parse_event_packet_cdr(raw: bytes) -> dict:
         (size,) = struct.unpack_from('<I', body, offset)
     except struct.error as error:
         raise ValueError(f'truncated EventPacket ({len(raw)} bytes): {error}') from None
-    start = offset + 4
-    if start + size > len(body):
-        raise ValueError(f'EventPacket says {size} event bytes but only {len(body) - start} '
-                         'follow')
     return {'stamp_ns': stamp_ns, 'frame_id': frame_id,
             'height': height, 'width': width, 'seq': seq, 'time_base': time_base,
-            'encoding': encoding, 'events': body[start:start + size]}
+            'encoding': encoding,
+            'events': _byte_sequence(body, offset + 4, size, 'EventPacket', 'event bytes')}
+
+
+def _byte_sequence(body, start: int, size: int, message: str, what: str):
+    """Return the `size` bytes of a uint8[] field at `start`; ValueError when fewer follow."""
+    if start + size > len(body):
+        raise ValueError(f'{message} says {size} {what} but only {len(body) - start} follow')
+    return body[start:start + size]
 
 
 def _cdr_string_bytes(text: str, offset: int) -> Tuple[bytes, int]:
@@ -165,14 +169,10 @@ def parse_pointcloud2_cdr(raw: bytes) -> dict:
         point_step, row_step, size = struct.unpack_from('<III', body, offset)
     except struct.error as error:
         raise ValueError(f'truncated PointCloud2 ({len(raw)} bytes): {error}') from None
-    start = offset + 12
-    if start + size > len(body):
-        raise ValueError(f'PointCloud2 says {size} data bytes but only {len(body) - start} '
-                         'follow')
     return {'stamp_ns': stamp_ns, 'frame_id': frame_id,
             'height': height, 'width': width, 'fields': fields,
             'is_bigendian': is_bigendian, 'point_step': point_step, 'row_step': row_step,
-            'data': body[start:start + size]}
+            'data': _byte_sequence(body, offset + 12, size, 'PointCloud2', 'data bytes')}
 
 
 def parse_imu_angular_velocity_cdr(raw: bytes):

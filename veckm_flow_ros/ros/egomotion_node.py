@@ -81,11 +81,10 @@ import math
 import sys
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PointStamped, TwistStamped
 import numpy as np
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, Imu, PointCloud2
 from std_msgs.msg import Float32
 
@@ -94,7 +93,8 @@ from veckm_flow_ros.ros import rclpy_compat
 from veckm_flow_ros.ros.cdr import (float32_cdr, image_cdr, parse_imu_angular_velocity_cdr,
                                     parse_pointcloud2_cdr, point_stamped_cdr,
                                     twist_stamped_cdr)
-from veckm_flow_ros.ros.messages import parameter_descriptor
+from veckm_flow_ros.ros.node_setup import (declare_parameters, log_line, publish_diagnostics,
+                                           qos)
 from veckm_flow_ros.ros.receiver import SerializedReceiver
 from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.runtime import limit_blas_threads
@@ -106,20 +106,12 @@ from veckm_flow_ros.stream.egomotion_stream import (EgomotionStream, read_flow_c
 EXECUTABLE = 'veckm_egomotion_node'
 NODE_NAME = 'veckm_egomotion'
 
-FLOW_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
-                      reliability=ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.VOLATILE)
+FLOW_QOS = qos(10)
 # Best effort + volatile matches every publisher (reliable or not, latched or not).
-CAMERA_INFO_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
-                             reliability=ReliabilityPolicy.BEST_EFFORT,
-                             durability=DurabilityPolicy.VOLATILE)
+CAMERA_INFO_QOS = qos(1, reliable=False)
 # IMUs publish at 100-1000 Hz, often in bursts: room for 0.2-2 s of samples.
-IMU_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=200,
-                     reliability=ReliabilityPolicy.BEST_EFFORT,
-                     durability=DurabilityPolicy.VOLATILE)
-OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
-                        reliability=ReliabilityPolicy.RELIABLE,
-                        durability=DurabilityPolicy.VOLATILE)
+IMU_QOS = qos(200, reliable=False)
+OUTPUT_QOS = qos(10)
 # The IMU receive thread (ros/receiver.py) takes what arrived at most once per period (at
 # 1 kHz: ~10 messages per wake-up).
 IMU_RECEIVE_PERIOD_S = 0.01
@@ -155,9 +147,7 @@ class EgomotionNode(Node):
 
     def __init__(self, **node_kwargs):
         super().__init__(NODE_NAME, **node_kwargs)
-        self.config = {spec.name: self.declare_parameter(spec.name, spec.default,
-                                                         parameter_descriptor(spec)).value
-                       for spec in EGOMOTION_PARAMETERS}
+        self.config = declare_parameters(self, EGOMOTION_PARAMETERS)
         self.config['imu_rotation_xyzw'] = list(self.config['imu_rotation_xyzw'])
         self._throttled = Throttle(self._log)
         self.stream = EgomotionStream(self.config, publish=self._publish, log=self._log,
@@ -212,14 +202,8 @@ class EgomotionNode(Node):
             f'calibration: {calibration}')
 
     def _log(self, level: str, message: str):
-        """Log one line (one call site per severity: rclpy refuses a new one from a site)."""
-        logger = self.get_logger()
-        if level == 'error':
-            logger.error(message)
-        elif level == 'warning':
-            logger.warning(message)
-        else:
-            logger.info(message)
+        """Log one line."""
+        log_line(self, level, message)
 
     # -- ~/flow receive thread ---------------------------------------------------------------
 
@@ -369,12 +353,7 @@ class EgomotionNode(Node):
                             'bad_camera_infos', 'bad_imu_messages', 'camera_changes', 'gaps',
                             'time_resets', 'imu_resets') + REFUSAL_COUNTERS},
         }
-        status = DiagnosticStatus(level=level, name=f'{self.get_name()}: egomotion',
-                                  message=message,
-                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diagnostics_pub.publish(array)
+        publish_diagnostics(self, self.diagnostics_pub, 'egomotion', level, message, values)
         if period['messages']:
             self._throttled(
                 'info', f'{report["flows_per_s"] / 1e3:.0f} k flows/s in, '

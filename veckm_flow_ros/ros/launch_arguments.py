@@ -119,6 +119,13 @@ def include_flow_node(events_topic, **launch_arguments):
         launch_arguments=launch_arguments.items())
 
 
+def string_parameters(*names: str) -> dict:
+    """Return {name: the launch argument `name` as a string parameter} for a driver node."""
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.descriptions import ParameterValue
+    return {name: ParameterValue(LaunchConfiguration(name), value_type=str) for name in names}
+
+
 def camera_with_flow_node(arguments: list, driver_package: str, driver_parameters: dict):
     """
     Return the LaunchDescription of an event camera driver and the flow node on its events.

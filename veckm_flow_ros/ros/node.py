@@ -51,17 +51,18 @@ import sys
 import threading
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from event_camera_msgs.msg import EventPacket
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
 
 from veckm_flow_ros.eventio.flow_cloud import make_flow_points
 from veckm_flow_ros.ros.cdr import parse_event_packet_cdr, pointcloud2_cdr
-from veckm_flow_ros.ros.messages import image_message, parameter_descriptor as _descriptor
+from veckm_flow_ros.ros.messages import image_message
+from veckm_flow_ros.ros.node_setup import (declare_parameters, log_line, publish_diagnostics,
+                                           qos)
 from veckm_flow_ros.ros.rclpy_compat import OwnThreadCallbackGroup
 from veckm_flow_ros.ros.receiver import SerializedReceiver
 from veckm_flow_ros.ros.spin import run_node
@@ -77,17 +78,11 @@ IMAGE_MAX_FLOWS = 500_000
 # meanwhile (ros/receiver.py; at most this much added latency; DDS keeps 1000 packets).
 RECEIVE_PERIOD_S = 0.002
 
-EVENTS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
-                        reliability=ReliabilityPolicy.BEST_EFFORT,
-                        durability=DurabilityPolicy.VOLATILE)
+EVENTS_QOS = qos(1000, reliable=False)
 # Reliable; ~/flow keeps 100 messages (0.5 s of 5 ms blocks) because the pipeline publishes
 # the blocks of a batch back to back, images and diagnostics keep 10.
-FLOW_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
-                      reliability=ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.VOLATILE)
-OUTPUT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
-                        reliability=ReliabilityPolicy.RELIABLE,
-                        durability=DurabilityPolicy.VOLATILE)
+FLOW_QOS = qos(100)
+OUTPUT_QOS = qos(10)
 
 
 class VecKMFlowNode(Node):
@@ -101,9 +96,7 @@ class VecKMFlowNode(Node):
     def __init__(self, **node_kwargs):
         super().__init__(NODE_NAME, **node_kwargs)
         from veckm_flow_ros.core.model import load_model
-        self.config = {spec.name: self.declare_parameter(spec.name, spec.default,
-                                                         _descriptor(spec)).value
-                       for spec in PARAMETERS}
+        self.config = declare_parameters(self, PARAMETERS)
         # The only parameter that may change at run time (rclpy enforces read_only and ranges).
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._throttled = Throttle(self._log)
@@ -150,15 +143,8 @@ class VecKMFlowNode(Node):
             f'{self.pipeline.compute_threads} block(s) computed at once')
 
     def _log(self, level: str, message: str):
-        """Log one line (the pipeline throttles its own; one call site per severity)."""
-        # One call site per severity: rclpy's logger refuses a new severity from a known site.
-        logger = self.get_logger()
-        if level == 'error':
-            logger.error(message)
-        elif level == 'warning':
-            logger.warning(message)
-        else:
-            logger.info(message)
+        """Log one line (the pipeline throttles its own)."""
+        log_line(self, level, message)
 
     def _on_set_parameters(self, parameters):
         for parameter in parameters:
@@ -221,7 +207,7 @@ class VecKMFlowNode(Node):
         if (width > self.config['max_sensor_width_px']
                 or height > self.config['max_sensor_height_px']):
             return  # never: the front end drops larger packets (memory bound of the image)
-        from veckm_flow_ros.offline.visualize import render_flow_image
+        from veckm_flow_ros.core.flow_image import render_flow_image
         points = np.concatenate(chunks) if chunks else make_flow_points([], [], [], [], [])
         max_speed_px_s = self.config['image_max_speed_px_s'] or None
         bgr = render_flow_image(points['x'], points['y'], points['u'], points['v'], width,
@@ -271,12 +257,8 @@ class VecKMFlowNode(Node):
             'blocks computed without the long context while the node was behind (total)':
                 str(totals['long_context_skipped_blocks']),
         }
-        status = DiagnosticStatus(level=level, name=f'{self.get_name()}: normal flow',
-                                  message=message, hardware_id=self._frame_id,
-                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diagnostics_pub.publish(array)
+        publish_diagnostics(self, self.diagnostics_pub, 'normal flow', level, message, values,
+                            hardware_id=self._frame_id)
         if period['packets'] == 0:
             return  # idle: /diagnostics says so, the log stays quiet
         self._throttled(

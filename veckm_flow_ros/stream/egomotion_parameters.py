@@ -24,7 +24,7 @@ table by the tests.
 
 import math
 
-from veckm_flow_ros.stream.parameters import config_of, ParameterSpec
+from veckm_flow_ros.stream.parameters import config_of, ParameterSpec, sensor_size_parameters
 
 # The single source of the egomotion node's parameters.
 EGOMOTION_PARAMETERS = (
@@ -65,14 +65,9 @@ EGOMOTION_PARAMETERS = (
     ParameterSpec('camera_yaml', '', 'ROS camera calibration YAML used until a valid '
                   '~/camera_info arrives (then ~/camera_info wins); empty = wait for '
                   '~/camera_info.', read_only=True),
-    ParameterSpec('max_sensor_width_px', 2048, 'Largest camera width accepted [px]: a '
-                  '~/camera_info claiming more is counted as bad and ignored (a camera_yaml '
-                  'stops the start), '
-                  "so that memory (the estimator's per-pixel tables, 32 bytes per pixel) is "
-                  'bounded by this, not by a message (as the flow node does).', (1, 65535),
-                  read_only=True),
-    ParameterSpec('max_sensor_height_px', 2048, 'Largest camera height accepted [px] (see '
-                  'max_sensor_width_px).', (1, 65535), read_only=True),
+    *sensor_size_parameters('a ~/camera_info claiming more is counted as bad and ignored (a '
+                            'camera_yaml stops the start)',
+                            "the estimator's per-pixel tables, 32 bytes per pixel"),
     ParameterSpec('use_imu', True, 'Use the gyroscope of ~/imu for the angular velocity '
                   'when its samples cover the window; false = always estimate it from the '
                   'flow.', read_only=True),

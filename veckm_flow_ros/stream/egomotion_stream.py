@@ -291,7 +291,7 @@ class EgomotionStream:
                 self._log('info', f'calibration in use: {camera!r}')
 
     def refused(self, counter: str, count: int, example: str):
-        """Count `count` refused (or lost) inputs of REFUSAL_COUNTERS' `counter`, name them."""
+X
         self.counters.add(**{counter: count})
         self.refusals.add(counter, count, example)
         if counter.startswith('imu_'):
