@@ -291,7 +291,7 @@ class EgomotionStream:
                 self._log('info', f'calibration in use: {camera!r}')
 
     def refused(self, counter: str, count: int, example: str):
-X
+        """Add count to the REFUSAL_COUNTERS entry counter; name it in the refusals line."""
         self.counters.add(**{counter: count})
         self.refusals.add(counter, count, example)
         if counter.startswith('imu_'):
