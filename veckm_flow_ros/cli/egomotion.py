@@ -55,6 +55,10 @@ def register(subparsers):
                              'frame)')
     parser.add_argument('--imu-time-offset-ms', type=float, default=0.0,
                         help='camera time = IMU time + this [ms]')
+    parser.add_argument('--gyro-max-rate', type=float, default=34.9, metavar='RAD_S',
+                        help="the gyroscope's full scale [rad/s]: a file or topic with rates "
+                             'not finite or at 0.98 of it or beyond (saturated, deg/s) is '
+                             'refused')
     parser.add_argument('--topic', default=None,
                         help="with a bag: event topic (default: the bag's only event topic)")
     parser.add_argument('--out', default=None, metavar='OUT.npz',
@@ -83,6 +87,20 @@ def _check_args(args):
         raise ValueError('--imu-topic goes with a bag; with --events use --gyro GYRO.npz')
     if not 0 < args.window_ms <= 10_000:
         raise ValueError(f'--window-ms must be in (0, 10000] ms, got {args.window_ms}')
+    if not 0 < args.gyro_max_rate <= 1000:
+        raise ValueError(f'--gyro-max-rate must be in (0, 1000] rad/s, got {args.gyro_max_rate}')
+
+
+def check_gyro(source, t_s, omega_rad_s, max_rate_rad_s):
+    """Raise ValueError naming the first bad sample when any rate is unusable."""
+    from veckm_flow_ros.stream.egomotion_input import gyro_sample_problems, SATURATION_SHARE
+    bad = gyro_sample_problems(np.asarray(omega_rad_s, np.float64), max_rate_rad_s)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise ValueError(f'{source}: {int(bad.sum())} of {len(bad)} gyroscope samples are not '
+                         f'finite or beyond +-{SATURATION_SHARE * max_rate_rad_s:g} rad/s '
+                         f'(--gyro-max-rate; saturated, deg/s?), first at t = '
+                         f'{float(t_s[first]):.6f} s: {np.asarray(omega_rad_s)[first].tolist()}')
 
 
 def run(args) -> int:
@@ -105,6 +123,7 @@ def run(args) -> int:
         events, width, height, unit = egomotion_inputs(load_events, args.events, camera)
         if args.gyro is not None:
             gyro_t, gyro_w = egomotion.load_gyro_npz(args.gyro)
+            check_gyro(args.gyro, gyro_t, gyro_w, args.gyro_max_rate)
             gyro = GyroBuffer(rotation, args.imu_time_offset_ms * 1e-3,
                               max_age_s=float(gyro_t[-1] - gyro_t[0]) + 1.0,
                               max_samples=len(gyro_t) + 1)
@@ -122,6 +141,8 @@ def run(args) -> int:
             if len(gyro_t) < 2:
                 raise ValueError(f'{args.bag}: topic {args.imu_topic} holds {len(gyro_t)} '
                                  'IMU messages; need at least 2')
+            check_gyro(f'{args.bag}: topic {args.imu_topic}', gyro_t, gyro_w,
+                       args.gyro_max_rate)
             order = np.argsort(gyro_t, kind='stable')
             gyro = GyroBuffer(rotation, args.imu_time_offset_ms * 1e-3,
                               max_age_s=float(gyro_t.max() - gyro_t.min()) + 1.0,

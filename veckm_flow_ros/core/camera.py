@@ -44,6 +44,17 @@ import pathlib
 import numpy as np
 
 DISTORTION_MODELS = {'plumb_bob': 5, 'equidistant': 4}
+# Focal lengths accepted, as a share of the larger image side: 0.1 is a fisheye of ~300 deg,
+# 200 a telephoto of ~0.3 deg; beyond lies no lens (an fx of 1e-300 or 1e300 is corrupt).
+FOCAL_SHARE_RANGE = (0.1, 200.0)
+# fx / fy beyond this is no pixel aspect ratio of a real sensor.
+MAX_PIXEL_ASPECT = 4.0
+# |distortion coefficient| beyond this is no lens (real ones lie within about +-10).
+MAX_DISTORTION_COEFFICIENT = 1000.0
+# Share of a coarse grid of image points that must undistort (Newton converges, the
+# distortion does not fold the view there) for D to be accepted: no lens leaves most of its
+# image without coordinates.
+MIN_UNDISTORTED_SHARE = 0.5
 # Newton iterations of the undistortion and the residual [normalized units] accepted.
 _NEWTON_STEPS = 20
 _NEWTON_TOLERANCE = 1e-9
@@ -72,7 +83,11 @@ class CameraModel:
 
         Raises ValueError naming the offending value: a size <= 0, a non-finite or non-positive
         focal length, a K whose last row is not (0, 0, 1), an unknown distortion model, a D of
-        the wrong length or with non-finite values.
+        the wrong length or with non-finite values; and what no lens has: a focal length
+        outside FOCAL_SHARE_RANGE x the larger image side, fx / fy beyond MAX_PIXEL_ASPECT, a
+        principal point more than an image size outside the image, a distortion coefficient
+        beyond MAX_DISTORTION_COEFFICIENT or one that leaves most of the image without
+        undistorted coordinates.
         """
         width, height = int(width), int(height)
         if width <= 0 or height <= 0:
@@ -89,6 +104,19 @@ class CameraModel:
         if not np.allclose(K[2], (0.0, 0.0, 1.0)) or K[1, 0] != 0:
             raise ValueError(f'camera matrix K must be [[fx, s, cx], [0, fy, cy], [0, 0, 1]], '
                              f'got {K.tolist()}')
+        side = max(width, height)
+        low, high = (share * side for share in FOCAL_SHARE_RANGE)
+        for name, focal in (('fx', K[0, 0]), ('fy', K[1, 1])):
+            if not low <= focal <= high:
+                raise ValueError(f'focal length {name}={focal:g} px is no lens for a '
+                                 f'{width}x{height} px sensor (expected {low:g}..{high:g} px)')
+        if not 1 / MAX_PIXEL_ASPECT <= K[0, 0] / K[1, 1] <= MAX_PIXEL_ASPECT:
+            raise ValueError(f'fx / fy = {K[0, 0] / K[1, 1]:g} is no pixel aspect ratio '
+                             f'(fx={K[0, 0]:g}, fy={K[1, 1]:g} px)')
+        if not (-width <= K[0, 2] <= 2 * width and -height <= K[1, 2] <= 2 * height
+                and abs(K[0, 1]) <= K[0, 0]):
+            raise ValueError(f'principal point cx={K[0, 2]:g} cy={K[1, 2]:g} px (skew '
+                             f'{K[0, 1]:g}) lies far outside a {width}x{height} px image')
         model = str(distortion_model)
         if model not in DISTORTION_MODELS:
             raise ValueError(f'unknown distortion model {model!r}; supported: '
@@ -102,7 +130,25 @@ class CameraModel:
                              f'got {d.size}: {d.tolist()}')
         if not np.all(np.isfinite(d)):
             raise ValueError(f'distortion coefficients D are not finite: {d.tolist()}')
-        return cls(width, height, K, d, model)
+        if np.any(np.abs(d) > MAX_DISTORTION_COEFFICIENT):
+            raise ValueError(f'distortion coefficients D = {d.tolist()} beyond '
+                             f'+-{MAX_DISTORTION_COEFFICIENT:g}: no lens distorts so')
+        camera = cls(width, height, K, d, model)
+        if camera.has_distortion:
+            u, v = np.meshgrid(np.linspace(0, width - 1, 17), np.linspace(0, height - 1, 13))
+            xd, yd = camera.pixel_to_distorted(u, v)
+            x, y = camera.undistort(xd, yd)
+            # A lens maps the view onto the image without folding it: a point keeps its
+            # direction from the centre, and the distortion's Jacobian its orientation.
+            jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
+            det = jac[..., 0, 0] * jac[..., 1, 1] - jac[..., 0, 1] * jac[..., 1, 0]
+            share = float(np.mean(np.isfinite(x) & np.isfinite(y) & (det > 0)
+                                  & (x * xd + y * yd >= 0)))
+            if share < MIN_UNDISTORTED_SHARE:
+                raise ValueError(f'distortion coefficients D = {d.tolist()} leave '
+                                 f'{100 * (1 - share):.0f} % of the image without undistorted '
+                                 'coordinates: no lens distorts so')
+        return camera
 
     @classmethod
     def from_yaml(cls, path) -> 'CameraModel':
@@ -113,6 +159,9 @@ class CameraModel:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as error:
             raise ValueError(f'{path}: not a YAML file ({error})') from None
+        except (OSError, UnicodeDecodeError) as error:  # a folder, no permission, binary
+            reason = getattr(error, 'strerror', None) or str(error)
+            raise ValueError(f'{path}: cannot read the camera calibration ({reason})') from None
         if not isinstance(data, dict):
             raise ValueError(f'{path}: not a camera calibration (expected a mapping)')
         missing = [key for key in ('image_width', 'image_height', 'camera_matrix')
@@ -289,9 +338,15 @@ class CameraModel:
         K = self.K
         return K[0, 0] * dxd + K[0, 1] * dyd, K[1, 1] * dyd
 
-    def pixel_grid_normalized(self):
-        """Undistorted normalized coordinates of every pixel centre: two (height, width)."""
-        v, u = np.mgrid[0:self.height, 0:self.width].astype(np.float64)
+    def pixel_grid_normalized(self, rows=None):
+        """
+        Undistorted normalized coordinates of every pixel centre: two (height, width) float64.
+
+        rows: only these rows (a slice), two (rows, width). The undistortion's temporaries
+        are ~200 bytes per pixel: callers bound memory by asking for blocks of rows.
+        """
+        rows = slice(0, self.height) if rows is None else rows
+        v, u = np.mgrid[rows, 0:self.width].astype(np.float64)
         return self.normalize(u, v)
 
     @property

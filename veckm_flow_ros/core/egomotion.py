@@ -58,6 +58,7 @@ from typing import Optional
 import numpy as np
 
 from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.core.pixel_map import build_pixel_map
 
 
 @dataclass
@@ -476,29 +477,15 @@ class EgomotionEstimator:
         self._coarse_step_rad = step
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
         # the module doc, so a window costs a table look-up per flow.
-        x, y = camera.pixel_grid_normalized()
-        jac = camera.distortion_jacobian(np.nan_to_num(x), np.nan_to_num(y))
-        k2 = camera.K[:2, :2]
-        mt = np.einsum('...ji,jk->...ik', jac, k2).reshape(-1, 4)  # J^T K2^T
-        # Per pixel: its depth cell (cells_x * cells_y where the pixel has no normalized
-        # coordinates) and its time-to-contact region.
-        config = self.config
-        cols = -(-camera.width // config.cell_px)
-        self._num_cells = cols * -(-camera.height // config.cell_px)
-        yi, xi = np.divmod(np.arange(camera.width * camera.height), camera.width)
-        valid = np.isfinite(x.reshape(-1)) & np.isfinite(y.reshape(-1))
-        cell = np.where(valid, (yi // config.cell_px) * cols + xi // config.cell_px,
-                        self._num_cells)
-        rows_ttc, cols_ttc = config.ttc_grid
-        region = ((yi * rows_ttc) // camera.height) * cols_ttc + (xi * cols_ttc) // camera.width
         # One row of 8 float32 per pixel (32 bytes, two per cache line): x, y, M^T, cell,
-        # region. A paced window starts with cold caches, and one gather of a row costs about
-        # one cache miss where three tables cost three. float32: 1e-7 relative, far below any
-        # flow error; the indices are exact (below 2^24: cell_px >= 2 and at most 64 x 64
-        # regions).
-        self._pixel_map = np.concatenate(
-            [x.reshape(-1, 1), y.reshape(-1, 1), mt, cell[:, None], region[:, None]],
-            axis=1).astype(np.float32)
+        # region (core/pixel_map.py, built in blocks of rows: bounded memory). A paced window
+        # starts with cold caches, and one gather of a row costs about one cache miss where
+        # three tables cost three. float32: 1e-7 relative, far below any flow error; the
+        # indices are exact (below 2^24: cell_px >= 2 and at most 64 x 64 regions).
+        config = self.config
+        self._pixel_map, self._num_cells = build_pixel_map(camera, config.cell_px,
+                                                           config.ttc_grid)
+        rows_ttc, cols_ttc = config.ttc_grid
         # Per region: itself and its 8 neighbours (rows * cols where outside the grid) and
         # their weights in its time to contact.
         row, col = np.divmod(np.arange(rows_ttc * cols_ttc), cols_ttc)

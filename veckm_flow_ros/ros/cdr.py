@@ -179,17 +179,17 @@ def parse_imu_angular_velocity_cdr(raw: bytes):
     """
     Stamp and angular velocity of a serialized sensor_msgs/msg/Imu (little-endian XCDR1).
 
-    Returns (stamp_ns, (wx, wy, wz) [rad/s], angular_velocity_covariance[0]); the other fields
-    are skipped unread. Raises ValueError for malformed bytes.
+    Returns (stamp_ns, (wx, wy, wz) [rad/s], angular_velocity_covariance[0], frame_id); the
+    other fields are skipped unread. Raises ValueError for malformed bytes.
     """
     try:
-        body, stamp_ns, _, offset = _cdr_header(raw)
+        body, stamp_ns, frame_id, offset = _cdr_header(raw)
         # orientation (4 doubles) and orientation_covariance (9): 8-aligned doubles follow.
         offset = ((offset + 7) & ~7) + 8 * (4 + 9)
         wx, wy, wz, covariance0 = struct.unpack_from('<4d', body, offset)
     except struct.error as error:
         raise ValueError(f'truncated Imu ({len(raw)} bytes): {error}') from None
-    return stamp_ns, (wx, wy, wz), covariance0
+    return stamp_ns, (wx, wy, wz), covariance0, frame_id
 
 
 # The egomotion node's outputs (ready for publish(bytes); the bytes rclpy makes of the same

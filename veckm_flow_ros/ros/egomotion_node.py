@@ -21,10 +21,17 @@ Subscriptions
                     [px/s]; validity, or else confidence, [0..1] weights the flows when
                     present). Any cloud with these float32 fields is accepted. Taken as raw
                     CDR by a receive thread (rclpy's executor cost ~1 ms of CPU per message).
+                    Refused and counted (docs/egomotion_node.md): flows with a t outside
+                    -max_flow_age_s..+window_s of the stamp, a weight outside 0..1, u, v
+                    not finite, a position outside the calibration; clouds beyond
+                    max_flows_per_message are thinned; messages lost before they were
+                    taken (publication sequence gaps) are counted.
     ~/camera_info   sensor_msgs/msg/CameraInfo    best effort, keep last 1 (matches any
                     publisher): K, D with distortion_model plumb_bob or equidistant. The last
-                    valid message is used; a bad one (zero focal length, wrong D length, ...)
-                    is logged, counted and ignored. camera_yaml gives one before it arrives.
+                    valid message is used; a bad one (zero or implausible focal length,
+                    wrong D length, a size the flows do not fit, ...) is logged, counted and
+                    ignored. camera_yaml gives one before it arrives. The per-pixel tables
+                    of a new calibration are built on a thread of their own.
     ~/imu           sensor_msgs/msg/Imu           best effort, keep last 200 (only when
                     use_imu): angular_velocity [rad/s] in the IMU frame, turned into the
                     camera optical frame with imu_rotation_xyzw and shifted in time by
@@ -32,7 +39,10 @@ Subscriptions
                     this package is tested on). Taken as raw CDR by a receive thread, all
                     waiting messages every IMU_RECEIVE_PERIOD_S (an IMU at 200-1000 Hz
                     through the executor cost more than the flow). Without samples covering a
-                    window the angular velocity is estimated from the flow.
+                    window the angular velocity is estimated from the flow. Samples beyond
+                    imu_max_rate_rad_s, of another frame_id than imu_frame_id or stamped
+                    seconds away from the flow are refused and counted; a gyroscope that
+                    disagrees with the flow's rotation is not used.
 
 Publications (reliable, volatile, keep last 10; published as serialized CDR, ros/cdr.py),
 one message each per window of window_s, header.stamp = the window centre (flow time),
@@ -90,7 +100,8 @@ from veckm_flow_ros.ros.spin import run_node
 from veckm_flow_ros.runtime import limit_blas_threads
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
-from veckm_flow_ros.stream.egomotion_stream import EgomotionStream, read_flow_cloud
+from veckm_flow_ros.stream.egomotion_stream import (EgomotionStream, read_flow_cloud,
+                                                    REFUSAL_COUNTERS)
 
 EXECUTABLE = 'veckm_egomotion_node'
 NODE_NAME = 'veckm_egomotion'
@@ -108,8 +119,15 @@ IMU_RECEIVE_PERIOD_S = 0.01
 # 12-32 ms; a message after a quiet period is taken at once).
 FLOW_RECEIVE_PERIOD_S = 0.005
 # Counters whose increase in a diagnostics period makes the status WARN.
-WARNING_COUNTERS = ('bad_flow_messages', 'flows_with_bad_times', 'bad_camera_infos',
-                    'bad_imu_messages', 'dropped_windows', 'failed_windows', 'time_resets')
+WARNING_COUNTERS = ('bad_flow_messages', 'bad_camera_infos', 'bad_imu_messages',
+                    'dropped_windows', 'failed_windows', 'time_resets') + REFUSAL_COUNTERS
+# Why windows of a period gave no estimate, in the order /diagnostics names them.
+NO_ESTIMATE_REASONS = (('windows_with_camera_mismatch', 'calibration disagrees with the flows'),
+                       ('windows_without_camera', 'no camera calibration'),
+                       ('sparse_windows', 'windows with fewer than min_flows usable flows'),
+                       ('undetermined_windows', 'undetermined windows'),
+                       ('failed_windows', 'failed windows'),
+                       ('dropped_windows', 'dropped windows'))
 
 
 def ttc_image_cdr(grid_s: np.ndarray, stamp_ns: int, frame_id: str) -> bytes:
@@ -153,7 +171,8 @@ class EgomotionNode(Node):
             callback_group=rclpy_compat.OwnThreadCallbackGroup())
         self._flow_receiver = SerializedReceiver(
             self, self.flow_sub, PointCloud2, self._on_flow_raw, FLOW_RECEIVE_PERIOD_S,
-            '~/flow', 'no more estimates', name='veckm_egomotion_flow')
+            '~/flow', 'no more estimates', name='veckm_egomotion_flow', with_info=True)
+        self._flow_sequence = {}  # publisher gid -> its last publication sequence number
         self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
                                                         self._on_camera_info, CAMERA_INFO_QOS)
         self._imu_receiver = None
@@ -188,25 +207,48 @@ class EgomotionNode(Node):
 
     # -- ~/flow receive thread ---------------------------------------------------------------
 
-    def _on_flow_raw(self, raw: bytes):
+    def _on_flow_raw(self, raw: bytes, info=None):
         """Add one serialized ~/flow PointCloud2 to the stream (malformed: counted, logged)."""
+        if info is not None:
+            self._count_lost_flow_messages(info)
         try:
             cloud = parse_pointcloud2_cdr(raw)
             columns = read_flow_cloud(cloud['fields'], cloud['point_step'], cloud['data'],
-                                      cloud['is_bigendian'], cloud['width'], cloud['height'])
+                                      cloud['is_bigendian'], cloud['width'], cloud['height'],
+                                      self.config['max_flows_per_message'])
         except ValueError as error:
             self.stream.counters.add(bad_flow_messages=1)
             self._throttled('error', f'~/flow message ignored: {error}')
             return
         self.stream.add_flow(cloud['stamp_ns'], columns, cloud['frame_id'])
 
+    def _count_lost_flow_messages(self, info: dict):
+        """
+        Count the ~/flow messages dropped before the receive thread took them.
+
+        A gap in a publisher's publication sequence numbers: messages its reliable writer
+        sent but this subscription's history (keep last 10) replaced before they were taken
+        (e.g. 10 kHz of small clouds between two wake-ups of the receive thread).
+        """
+        sequence = info.get('publication_sequence_number')
+        if not sequence:  # 0 or missing: an rmw that does not tell
+            return
+        key = repr(info.get('publisher_gid'))
+        last = self._flow_sequence.get(key)
+        self._flow_sequence[key] = sequence
+        if last is not None and sequence > last + 1:
+            self.stream.refused('flow_messages_lost', sequence - last - 1,
+                                f'publication sequence {last} -> {sequence} (~/flow history of '
+                                f'{FLOW_QOS.depth} full between two takes)')
+
     # -- inputs (executor thread) -------------------------------------------------------------
 
     def _on_camera_info(self, msg: CameraInfo):
         try:
+            self.stream.check_size(msg.width, msg.height)  # before any per-pixel work
             camera = CameraModel.from_camera_info(msg.width, msg.height, msg.k, msg.d,
                                                   msg.distortion_model)
-            changed = self.stream.set_camera(camera)
+            changed = self.stream.set_camera(camera, block=False)  # tables: builder thread
         except ValueError as error:
             self.stream.counters.add(bad_camera_infos=1)
             keeping = ('keeping the previous calibration' if self.stream.camera is not None
@@ -214,7 +256,8 @@ class EgomotionNode(Node):
             self._throttled('error', f'~/camera_info ignored: {error}; {keeping}')
             return
         if changed:
-            self.get_logger().info(f'calibration from ~/camera_info: {camera!r}')
+            self.get_logger().info(f'calibration from ~/camera_info: {camera!r} (building its '
+                                   'tables)')
 
     # -- IMU receive thread ------------------------------------------------------------------
 
@@ -229,10 +272,10 @@ class EgomotionNode(Node):
         """Add the gyroscope samples of serialized Imu messages (a list) to the stream."""
         if not isinstance(batch, list):
             batch = [batch]
-        t_s, omega = [], []
+        t_s, omega, frame_ids = [], [], []
         for raw in batch:
             try:
-                stamp_ns, rate, covariance0 = parse_imu_angular_velocity_cdr(raw)
+                stamp_ns, rate, covariance0, frame_id = parse_imu_angular_velocity_cdr(raw)
             except ValueError as error:
                 rate, covariance0, problem = None, math.nan, str(error)
             else:
@@ -247,8 +290,9 @@ class EgomotionNode(Node):
                 continue
             t_s.append(stamp_ns * 1e-9)
             omega.append(rate)
+            frame_ids.append(frame_id)
         if t_s:
-            self.stream.add_gyro(np.array(t_s), np.array(omega))
+            self.stream.add_gyro(np.array(t_s), np.array(omega), frame_ids)
 
     # -- outputs (estimator thread) -----------------------------------------------------------
 
@@ -276,8 +320,7 @@ class EgomotionNode(Node):
         if source == 'gyro':
             return 'gyroscope (~/imu)'
         if source == 'flow':
-            return ('estimated from the flow (no ~/imu samples)' if self.stream.imu_samples == 0
-                    else 'estimated from the flow (~/imu does not cover the windows)')
+            return f'estimated from the flow ({self.stream.omega_reason})'
         return 'no window yet'
 
     def _on_diagnostics_timer(self):
@@ -286,17 +329,8 @@ class EgomotionNode(Node):
         cpu_now_s = time.process_time()
         process_cpu_percent = 100.0 * (cpu_now_s - self._cpu_start_s) / report['elapsed_s']
         self._cpu_start_s = cpu_now_s
-        level, message = DiagnosticStatus.OK, 'ok'
-        problems = [name for name in WARNING_COUNTERS if period[name]]
-        if problems:
-            level, message = DiagnosticStatus.WARN, 'problems: ' + ', '.join(
-                name.replace('_', ' ') for name in problems)
-        elif self.stream.camera is None:
-            level, message = DiagnosticStatus.WARN, 'no camera calibration (~/camera_info)'
-        elif period['messages'] == 0:
-            message = 'no input'
-        elif self.config['use_imu'] and self.stream.omega_source == 'flow':
-            message = 'ok, no IMU: angular velocity from the flow'
+        self.stream.refusals.flush()
+        level, message = self._status(period)
         received = period['window_flows_received']
         used_percent = (100.0 * period['window_flows_used'] / received if received
                         else math.nan)
@@ -316,8 +350,8 @@ class EgomotionNode(Node):
                for name in ('windows', 'estimates', 'undetermined_windows', 'sparse_windows',
                             'windows_without_camera', 'windows_without_gyro',
                             'dropped_windows', 'failed_windows', 'bad_flow_messages',
-                            'flows_with_bad_times', 'bad_camera_infos', 'bad_imu_messages',
-                            'camera_changes', 'gaps', 'time_resets', 'imu_resets')},
+                            'bad_camera_infos', 'bad_imu_messages', 'camera_changes', 'gaps',
+                            'time_resets', 'imu_resets') + REFUSAL_COUNTERS},
         }
         publish_diagnostics(self, self.diagnostics_pub, 'egomotion', level, message, values)
         if period['messages']:
@@ -326,6 +360,37 @@ class EgomotionNode(Node):
                 f'{report["estimates_per_s"]:.1f} estimates/s, window compute p50 '
                 f'{report["compute_p50_ms"]:.1f} ms p99 {report["compute_p99_ms"]:.1f} ms, '
                 f'{message}', period_s=10.0)
+
+    def _status(self, period):
+        """
+        Return the diagnostics (level, message) of a period.
+
+        WARN while input is refused or dropped, while flows arrive but no estimate comes out
+        (saying why), or while the gyroscope is not used for a reason other than its absence.
+        """
+        problems = [name for name in WARNING_COUNTERS if period[name]]
+        refused = sum(period[name] for name in REFUSAL_COUNTERS if name.startswith('flows'))
+        if not period['estimates'] and (period['windows'] or (
+                period['flows'] and refused >= period['flows'])):
+            reasons = [text for name, text in NO_ESTIMATE_REASONS if period[name]]
+            if refused >= period['flows'] > 0:
+                reasons.append('every flow refused')
+            return DiagnosticStatus.WARN, 'no estimates: ' + ', '.join(reasons + [
+                name.replace('_', ' ') for name in problems if period[name]
+                and name not in dict(NO_ESTIMATE_REASONS)])
+        if problems:
+            return DiagnosticStatus.WARN, 'problems: ' + ', '.join(
+                name.replace('_', ' ') for name in problems)
+        if self.stream.camera is None:
+            return DiagnosticStatus.WARN, 'no camera calibration (~/camera_info)'
+        if period['messages'] == 0:
+            return DiagnosticStatus.OK, 'no input'
+        if self.config['use_imu'] and self.stream.omega_source == 'flow':
+            if self.stream.imu_samples == 0 and not self.stream.gyro_monitor.reason:
+                return DiagnosticStatus.OK, 'ok, no IMU: angular velocity from the flow'
+            return DiagnosticStatus.WARN, (f'gyroscope not used: {self.stream.omega_reason}; '
+                                           'angular velocity from the flow')
+        return DiagnosticStatus.OK, 'ok'
 
     # -- shutdown -----------------------------------------------------------------------------
 

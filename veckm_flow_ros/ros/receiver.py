@@ -39,14 +39,17 @@ class SerializedReceiver:
     """
     Receive thread for `subscription` (created with raw=True and an OwnThreadCallbackGroup).
 
-    on_message(raw: bytes) is called for each message, in arrival order, on this thread;
-    on_wake_end() (optional) after the messages of one wake-up. A failure of the middleware is
+    on_message(raw: bytes) is called for each message, in arrival order, on this thread
+    (with_info: on_message(raw, info), info the rmw's message info dict); on_wake_end()
+    (optional) after the messages of one wake-up. A failure of the middleware is
     logged once (`topic`, `consequence`) and ends the thread.
     """
 
     def __init__(self, node, subscription, msg_type, on_message, period_s: float, topic: str,
-                 consequence: str, on_wake_end=None, name: str = 'veckm_receive'):
+                 consequence: str, on_wake_end=None, name: str = 'veckm_receive',
+                 with_info: bool = False):
         self._node, self._subscription, self._msg_type = node, subscription, msg_type
+        self._with_info = with_info
         self._on_message, self._on_wake_end = on_message, on_wake_end
         self._period_s, self._topic, self._consequence = period_s, topic, consequence
         self._stop = threading.Event()
@@ -79,11 +82,16 @@ class SerializedReceiver:
                     rclpy_compat.wait(wait_set, subscription, wake, handlers, RECEIVE_WAIT_NS)
                     woke_s = time.monotonic()
                     rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
+                    take = (rclpy_compat.take_serialized_with_info if self._with_info
+                            else rclpy_compat.take_serialized)
                     while not self._stop.is_set():
-                        raw = rclpy_compat.take_serialized(subscription, self._msg_type)
-                        if raw is None:
+                        taken = take(subscription, self._msg_type)
+                        if taken is None:
                             break
-                        self._on_message(raw)
+                        if self._with_info:
+                            self._on_message(*taken)
+                        else:
+                            self._on_message(taken)
                 if self._on_wake_end is not None:
                     self._on_wake_end()
                 pause_s = self._period_s - (time.monotonic() - woke_s)

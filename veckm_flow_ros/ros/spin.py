@@ -19,6 +19,31 @@ import sys
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+# rcl's errors (rclpy.init with a missing --params-file): the C extension's exception type.
+RCLError = _rclpy.RCLError
+
+
+def check_params_files(args):
+    """
+    Raise ValueError naming a --params-file of args that is missing or no YAML.
+
+    rcl would say so too, but after a log line of its own and as an exception with source
+    locations; this names the file once.
+    """
+    import yaml
+    for flag, path in zip(args, args[1:]):
+        if flag != '--params-file':
+            continue
+        try:
+            with open(path, encoding='utf-8') as stream:
+                yaml.safe_load(stream)
+        except OSError as error:
+            raise ValueError(f'--params-file {path}: {error.strerror}') from None
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            reason = ' '.join(str(error).split())
+            raise ValueError(f'--params-file {path}: not a YAML file ({reason})') from None
 
 
 def run_node(make_node, executable: str, args=None) -> int:
@@ -33,7 +58,17 @@ def run_node(make_node, executable: str, args=None) -> int:
         # context down and the executor returns, instead of a KeyboardInterrupt landing at any
         # bytecode (inside rclpy's executor it leaves half-built Tasks behind).
         signal.signal(signal.SIGINT, lambda signum, frame: None)
-    rclpy.init(args=args)
+    try:
+        check_params_files(sys.argv if args is None else args)
+        rclpy.init(args=args)
+    except ValueError as error:
+        print(f'{executable}: error: {error}', file=sys.stderr)
+        return 1
+    except RCLError as error:  # a missing or malformed --params-file, bad --ros-args
+        # rcl's message ends in source locations (', at /project/src/...'): not the user's.
+        message = ' '.join(str(error).split()).split(', at /')[0]
+        print(f'{executable}: error: {message}', file=sys.stderr)
+        return 1
     node = None
     try:
         node = make_node()

@@ -38,6 +38,16 @@ EGOMOTION_PARAMETERS = (
                   'node keeps an even subsample of at most 2x this many while the window '
                   'fills, the estimator thins it evenly to this many.', (100, 1_000_000),
                   read_only=True),
+    ParameterSpec('max_flow_age_s', 0.2, 'Oldest flow accepted [s before its header stamp]: '
+                  "a flow whose t lies outside -max_flow_age_s..+window_s of its message's "
+                  'stamp is refused (counted): one corrupt time would move the window or mix '
+                  "old motion into it. The flow node's flows lie within one block (at most "
+                  '0.1 s) before the stamp.', (0.001, 10.0), read_only=True),
+    ParameterSpec('max_flows_per_message', 200_000, 'Largest ~/flow message used whole '
+                  '[flows]: a larger cloud is thinned evenly to this many (the rest counted), '
+                  'so that the work and memory per message are bounded (the flow node sends '
+                  '~25,000 per message at 1 M flows/s).', (1000, 100_000_000),
+                  read_only=True),
     ParameterSpec('min_validity', 0.0, 'Flows whose validity (or, without it, confidence) '
                   'field is below this are ignored [0..1]; the field also weights the flows.',
                   (0.0, 1.0), read_only=True),
@@ -66,6 +76,13 @@ EGOMOTION_PARAMETERS = (
                   'quaternion x, y, z, w: omega_camera = R omega_imu. tf2 is not used (no '
                   'wheel for it): read it once with `ros2 run tf2_ros tf2_echo '
                   '<camera_optical_frame> <imu_frame>`.', read_only=True),
+    ParameterSpec('imu_max_rate_rad_s', 34.9, "The gyroscope's full scale [rad/s] (34.9 = "
+                  '2000 deg/s): samples with a rate at or beyond 0.98 of it (saturated, deg/s, '
+                  "corrupt) are refused (counted); set it to the sensor's range.", (0.1, 1000.0),
+                  read_only=True),
+    ParameterSpec('imu_frame_id', '', 'frame_id of the gyroscope on ~/imu; samples of other '
+                  'frames (a second IMU on the topic) are refused (counted). Empty = the '
+                  'frame_id of the first accepted sample.', read_only=True),
     ParameterSpec('imu_time_offset_s', 0.0, 'Camera time = IMU header time + this [s] '
                   '(a constant delay between the two drivers).', (-1.0, 1.0), read_only=True),
     ParameterSpec('imu_max_wait_s', 0.05, 'Longest the estimator waits for ~/imu samples '

@@ -29,6 +29,10 @@ estimator thread, in window order; log(level, message) receives throttled proble
 - read_flow_cloud() takes the columns of a PointCloud2 by its field table: float32 x, y, t,
   u, v are required, validity or confidence (float32) is used as weight when present; other
   fields are ignored. A wrong layout is a ValueError naming the fields.
+- A message of more than max_flows_per_message points is thinned evenly to that many
+  (counted); its flows are screened (stream/egomotion_input.py): a t outside
+  [-max_flow_age_s, +window_s] of the header stamp, a weight outside 0..1, u, v not finite or
+  a position outside the calibration's image are refused and counted.
 - FlowWindows cuts the flows into windows of window_s by their sensor time (header stamp +
   t), keeping an even subsample of at most 2 max_flows per window (the stride doubles when
   the window fills, so memory and work per window are bounded at any flow rate). A gap in
@@ -38,275 +42,46 @@ estimator thread, in window order; log(level, message) receives throttled proble
 - A closed window goes to a queue of max_queued_windows (the oldest is dropped and counted
   when it is full) and the estimator thread computes it: the gyroscope's mean rate over the
   window when use_imu and the IMU covers it, otherwise the angular velocity is estimated
-  from the flow too (said once in the log, counted).
+  from the flow too (the log says why, counted). Gyroscope samples beyond the sensor's full
+  scale, from another frame_id, out of order or seconds away from the flow's time are
+  refused and counted; a gyroscope that disagrees with the flow's rotation is not used.
+- Every refusal is counted and named in one throttled log line (egomotion_input.Refusals).
 """
 
 import collections
-from dataclasses import dataclass
-import functools
 import math
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable
 
 import numpy as np
 
 from veckm_flow_ros.core.egomotion import EgomotionEstimator, GyroBuffer
 from veckm_flow_ros.stream.counters import percentile, PeriodCounters, Throttle
+from veckm_flow_ros.stream.egomotion_input import (gyro_sample_problems, GyroMonitor, Refusals,
+                                                   SATURATION_SHARE)
 from veckm_flow_ros.stream.egomotion_parameters import (EGOMOTION_PARAMETERS,
                                                         rotation_from_quaternion)
+from veckm_flow_ros.stream.flow_windows import (  # noqa: F401 - the stream's public names
+    FlowColumns, FlowWindow, FlowWindows, read_flow_cloud)
 
-# sensor_msgs/msg/PointField datatype code for float32.
-POINTFIELD_FLOAT32 = 7
-REQUIRED_FIELDS = ('x', 'y', 't', 'u', 'v')
-WEIGHT_FIELDS = ('validity', 'confidence')  # the first present weights the flows
 LATENCY_SAMPLES = 2000
-# The gyro buffer keeps this much IMU history [s] (windows are computed within ~0.1 s).
+# The gyro buffer keeps this much IMU history [s] (windows are computed within ~0.1 s);
+# samples further than this from the newest flow time are of no use and refused.
 GYRO_HISTORY_S = 2.0
-# Flows whose t lies further than this from their header stamp [s] (or is not finite) are
-# dropped and counted: the flow node's lie within tau + block (tens of ms) before it, and one
-# corrupt time must not hold a window open.
-MAX_FLOW_T_S = 10.0
+# ~/imu silent for longer than this [s] is not waited for (an IMU delivers every 1-10 ms).
+IMU_SILENT_S = 0.1
+# A message with more than this share of its flows outside the calibration's image: the
+# calibration is of another camera (size); its windows are skipped.
+MISMATCH_SHARE = 0.1
 
 
-@dataclass
-class FlowColumns:
-    """Columns of one ~/flow message: float32 arrays (views into the message data)."""
-
-    x: np.ndarray
-    y: np.ndarray
-    t: np.ndarray        # [s] relative to header.stamp
-    u: np.ndarray        # [px/s]
-    v: np.ndarray        # [px/s]
-    weight: Optional[np.ndarray] = None   # validity or confidence [0..1], None without
-
-    def __len__(self):
-        return len(self.x)
-
-
-def read_flow_cloud(fields, point_step: int, data, is_bigendian: bool = False,
-                    width: Optional[int] = None, height: int = 1) -> FlowColumns:
-    """
-    Return the flow columns of a PointCloud2 (the ~/flow layout, see eventio/flow_cloud.py).
-
-    fields: (name, offset_bytes, datatype, count) per PointField. Raises ValueError naming
-    what is wrong: a missing or non-float32 required field, a field outside point_step,
-    big-endian data, a data length that is not width x height points.
-    """
-    dtype = _flow_dtype(tuple(tuple(field) for field in fields), point_step, bool(is_bigendian))
-    buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-    if len(buffer) % point_step:
-        raise ValueError(f'flow cloud data has {len(buffer)} bytes, not a multiple of '
-                         f'point_step {point_step}')
-    count = len(buffer) // point_step
-    if width is not None and int(width) * int(height) != count:
-        raise ValueError(f'flow cloud says {width}x{height} points but its data holds {count}')
-    points = np.frombuffer(buffer, dtype=dtype, count=count)
-    weight = points[dtype.names[5]] if len(dtype.names) > 5 else None
-    if weight is not None:
-        unknown = np.isnan(weight)
-        if unknown.any():
-            # NaN = not computed (a flow node or bag that writes the field without a score):
-            # such flows count as fully valid, and a column with no score at all as no weight.
-            weight = None if unknown.all() else np.where(unknown, 1.0, weight).astype(
-                np.float32)
-    return FlowColumns(points['x'], points['y'], points['t'], points['u'], points['v'], weight)
-
-
-@functools.lru_cache(maxsize=16)
-def _flow_dtype(fields: tuple, point_step: int, is_bigendian: bool) -> np.dtype:
-    """
-    Check a flow cloud's layout; return the structured dtype of its used fields.
-
-    The fields x, y, t, u, v, then the weight field when there is one. Cached: a stream's
-    messages share one layout.
-    """
-    table = {name: (offset, datatype, count) for name, offset, datatype, count in fields}
-    names = tuple(name for name, *_ in fields)
-    missing = [name for name in REQUIRED_FIELDS if name not in table]
-    if missing:
-        raise ValueError(f'flow cloud without field(s) {", ".join(missing)}: fields {names}, '
-                         f'expected float32 {", ".join(REQUIRED_FIELDS)} (+ validity or '
-                         'confidence), as veckm_flow_node publishes')
-    if is_bigendian:
-        raise ValueError('flow cloud is big-endian; only little-endian clouds are read')
-    if point_step <= 0:
-        raise ValueError(f'flow cloud point_step is {point_step} bytes')
-    used = list(REQUIRED_FIELDS) + [name for name in WEIGHT_FIELDS if name in table][:1]
-    formats = {}
-    for name in used:
-        offset, datatype, count = table[name]
-        if datatype != POINTFIELD_FLOAT32 or count != 1:
-            raise ValueError(f'flow cloud field {name!r} has datatype {datatype} x {count}, '
-                             f'expected float32 ({POINTFIELD_FLOAT32}) x 1')
-        if offset < 0 or offset + 4 > point_step:
-            raise ValueError(f'flow cloud field {name!r} at byte {offset} lies outside '
-                             f'point_step {point_step}')
-        formats[name] = offset
-    return np.dtype({'names': list(formats), 'formats': ['<f4'] * len(formats),
-                     'offsets': list(formats.values()), 'itemsize': point_step})
-
-
-@dataclass
-class FlowWindow:
-    """
-    The (subsampled) flows of one window and its times.
-
-    t0_s, t1_s: start and end [s] (flow sensor time, as ROS time: header.stamp + t);
-    stamp_ns: the window centre [ns] (stamp of the outputs); x, y [px], u, v [px/s]:
-    float32 arrays; weight: float32 [0..1] or None; received_flows: flows that fell into the
-    window before subsampling; closed_s: time.monotonic() when the message that closed it
-    arrived (the start of the latency measurement); generation: the number of time resets
-    before it (the estimator forgets its previous window when this changes).
-    """
-
-    t0_s: float
-    t1_s: float
-    stamp_ns: int
-    x: np.ndarray
-    y: np.ndarray
-    u: np.ndarray
-    v: np.ndarray
-    weight: Optional[np.ndarray]
-    received_flows: int
-    frame_id: str
-    closed_s: float
-    generation: int = 0
-
-    def __len__(self):
-        return len(self.x)
-
-
-class FlowWindows:
-    """
-    Cut flow messages into windows of window_s of sensor time (see the module docstring).
-
-    add() returns the windows the message closed (zero, one or several); counters: gaps,
-    time_resets, dropped_flows (of a window dropped by a reset), bad_times (flows dropped for
-    a t beyond MAX_FLOW_T_S or not finite).
-    """
-
-    def __init__(self, window_s: float, max_flows: int):
-        if not window_s > 0 or max_flows < 1:
-            raise ValueError(f'window_s must be > 0 s and max_flows >= 1, got {window_s} s, '
-                             f'{max_flows}')
-        self.window_s = float(window_s)
-        self.keep_flows = 2 * int(max_flows)  # kept per window before the stride doubles
-        self.gaps = 0
-        self.time_resets = 0
-        self.dropped_flows = 0
-        self.bad_times = 0
-        self._origin_ns = None      # times are float64 seconds relative to this stamp
-        self._newest_stamp_ns = None
-        self._start_s = 0.0
-        self._stride = 1
-        self._clear()
-
-    def _clear(self):
-        self._chunks = []           # lists of (x, y, u, v, weight) arrays, already strided
-        self._kept = 0
-        self._received = 0
-
-    def add(self, stamp_ns: int, columns: FlowColumns, frame_id: str = '',
-            now_s: Optional[float] = None) -> List[FlowWindow]:
-        """Add one message's flows (header stamp [ns], columns); return the closed windows."""
-        now_s = time.monotonic() if now_s is None else now_s
-        stamp_ns = int(stamp_ns)
-        window_ns = int(self.window_s * 1e9)
-        if self._newest_stamp_ns is not None and stamp_ns < self._newest_stamp_ns - window_ns:
-            self.time_resets += 1
-            self.dropped_flows += self._received
-            self._origin_ns = None
-            self._newest_stamp_ns = stamp_ns
-        good = np.abs(columns.t) <= MAX_FLOW_T_S  # False for NaN
-        if not good.all():
-            self.bad_times += int(len(good) - np.count_nonzero(good))
-            columns = FlowColumns(*(None if a is None else a[good] for a in (
-                columns.x, columns.y, columns.t, columns.u, columns.v, columns.weight)))
-        if len(columns) == 0:
-            if self._origin_ns is not None:
-                self._newest_stamp_ns = max(self._newest_stamp_ns, stamp_ns)
-            return []
-        t_s = (columns.t.astype(np.float64)
-               + (stamp_ns - (stamp_ns if self._origin_ns is None else self._origin_ns)) * 1e-9)
-        if self._origin_ns is None:
-            self._origin_ns = stamp_ns
-            self._newest_stamp_ns = stamp_ns
-            self._start_s = float(t_s.min())
-            self._stride = 1
-            self._clear()
-        self._newest_stamp_ns = max(self._newest_stamp_ns, stamp_ns)
-        closed = []
-        values = (columns.x, columns.y, columns.u, columns.v, columns.weight)
-        # The flow node's messages are in time order: then a window ends at one index
-        # (slices, no copies).
-        in_order = len(t_s) < 2 or bool((t_s[1:] >= t_s[:-1]).all())
-        while True:
-            end_s = self._start_s + self.window_s
-            if in_order:
-                split = int(t_s.searchsorted(end_s))
-                if split == len(t_s):
-                    self._append(values)
-                    return closed
-                self._append(tuple(None if a is None else a[:split] for a in values))
-                t_s = t_s[split:]
-                values = tuple(None if a is None else a[split:] for a in values)
-                first_s = float(t_s[0])
-            else:
-                inside = t_s < end_s
-                if inside.all():
-                    self._append(values)
-                    return closed
-                self._append(tuple(None if a is None else a[inside] for a in values))
-                later = ~inside
-                t_s = t_s[later]
-                values = tuple(None if a is None else a[later] for a in values)
-                first_s = float(t_s.min())
-            closed.append(self._close(end_s, frame_id, now_s))
-            if first_s >= end_s + self.window_s:
-                self.gaps += 1
-                self._start_s = first_s  # no empty windows across a gap
-            else:
-                self._start_s = end_s
-
-    def _append(self, values):
-        count = len(values[0])
-        if count == 0:
-            return
-        phase = -self._received % self._stride
-        self._received += count
-        chunk = tuple(None if a is None else a[phase::self._stride] for a in values)
-        self._chunks.append(chunk)
-        self._kept += len(chunk[0])
-        if self._kept > self.keep_flows:
-            # Every other kept flow: the same even subsample as a doubled stride from the start.
-            merged = self._merged()
-            self._chunks = [tuple(None if a is None else a[::2] for a in merged)]
-            self._kept = len(self._chunks[0][0])
-            self._stride *= 2
-
-    def _merged(self):
-        columns = []
-        for index in range(5):
-            parts = [chunk[index] for chunk in self._chunks]
-            if any(part is None for part in parts):
-                columns.append(None)
-            else:
-                columns.append(np.concatenate(parts) if parts else np.empty(0, np.float32))
-        return columns
-
-    def _close(self, end_s: float, frame_id: str, now_s: float) -> FlowWindow:
-        x, y, u, v, weight = self._merged()
-        centre_s = self._start_s + self.window_s / 2
-        window = FlowWindow(
-            t0_s=self._origin_ns * 1e-9 + self._start_s, t1_s=self._origin_ns * 1e-9 + end_s,
-            stamp_ns=self._origin_ns + int(round(centre_s * 1e9)), x=x, y=y, u=u, v=v,
-            weight=weight, received_flows=self._received, frame_id=frame_id,
-            closed_s=now_s, generation=self.time_resets)
-        # The next window starts with half the stride: it adapts down when the rate drops.
-        self._stride = max(1, self._stride // 2)
-        self._clear()
-        return window
+# Counters of refused input (docs/egomotion_node.md says why each is refused).
+REFUSAL_COUNTERS = ('flow_messages_lost', 'flows_with_bad_times', 'flows_with_bad_values',
+                    'flows_with_bad_weights', 'flows_outside_image', 'flows_over_message_cap',
+                    'windows_with_camera_mismatch', 'imu_samples_out_of_range',
+                    'imu_samples_other_frame', 'imu_samples_off_time',
+                    'imu_samples_out_of_order', 'windows_gyro_disagrees')
 
 
 class Counters(PeriodCounters):
@@ -316,7 +91,7 @@ class Counters(PeriodCounters):
              'sparse_windows', 'windows_without_camera', 'windows_without_gyro',
              'dropped_windows', 'failed_windows', 'bad_flow_messages', 'bad_camera_infos',
              'bad_imu_messages', 'camera_changes', 'gaps', 'time_resets', 'imu_resets',
-             'window_flows_received', 'window_flows_used', 'flows_with_bad_times')
+             'window_flows_received', 'window_flows_used') + REFUSAL_COUNTERS
 
     def __init__(self):
         self._compute_ms = collections.deque(maxlen=LATENCY_SAMPLES)
@@ -389,9 +164,11 @@ class EgomotionStream:
         self._publish = publish
         self._log = log
         self._throttled = Throttle(log)
+        self.refusals = Refusals(log)
         self._alive = alive
         self.counters = Counters()
-        self.windows = FlowWindows(config['window_s'], config['max_flows'])
+        self.windows = FlowWindows(config['window_s'], config['max_flows'],
+                                   config['max_flow_age_s'])
         self._estimator_config = estimator_config(config)
         self._gyro_ready = threading.Condition()  # guards the gyro buffer; add_gyro notifies
         self._make_gyro = lambda: GyroBuffer(
@@ -399,13 +176,26 @@ class EgomotionStream:
             time_offset_s=float(config['imu_time_offset_s']), max_age_s=GYRO_HISTORY_S)
         self._gyro = self._make_gyro()
         self._newest_imu_s = None   # IMU clock [s]
-        self._imu_arrival_s = None  # time.monotonic() of the last add_gyro
+        self._imu_arrival_s = None  # time.monotonic() of the last accepted sample
+        self._imu_frame = config['imu_frame_id'] or None  # locked to the first one seen
+        self._imu_stalled_until_s = None  # a wait timed out: no wait before samples reach it
+        self._newest_flow_s = None  # header stamp of the newest ~/flow [s]
+        self._imu_refusal = (-math.inf, '')  # (time.monotonic(), text) of the last one
+        self._last_xy = None        # the last message's flow positions (camera checks)
+        self._camera_mismatch = None  # why the windows are skipped, or None
         self.imu_samples = 0
-        # 'gyro', 'flow' or None (no window yet): where the last window's omega came from.
+        self.gyro_monitor = GyroMonitor()
+        # 'gyro', 'flow' or None (no window yet): where the last window's omega came from;
+        # omega_reason: why the flow's when use_imu.
         self.omega_source = None
+        self.omega_reason = ''
         # (camera, its EgomotionEstimator) or None: one reference, swapped whole, so that the
         # estimator thread never pairs a camera with another camera's estimator.
         self._calibrated = None
+        self._accepted_camera = None  # the newest accepted camera (its tables maybe building)
+        self._build = threading.Condition()
+        self._build_pending = None
+        self._builder = None
         self._estimator_generation = 0
         self._queue = collections.deque()
         self._wake = threading.Condition()
@@ -420,63 +210,203 @@ class EgomotionStream:
         calibrated = self._calibrated
         return None if calibrated is None else calibrated[0]
 
-    def set_camera(self, camera) -> bool:
+    def set_camera(self, camera, block: bool = True) -> bool:
         """
         Use this CameraModel from the next window on; return False when it is unchanged.
 
         Raises ValueError naming the size when it exceeds max_sensor_width_px or
-        max_sensor_height_px (the tables' memory is bounded by those, not by a message).
+        max_sensor_height_px (the tables' memory is bounded by those, not by a message), or
+        when more than MISMATCH_SHARE of the last ~/flow message's flows lie outside it (a
+        calibration of another camera or resolution).
 
-        The estimator's per-pixel tables are built here, on the caller's thread (~20 ms for
-        346 x 260 pixels, ~50 ms for 640 x 480), not by the estimator thread on its next
-        window, where they held up the windows behind it until the queue dropped some. Until
-        they are ready, windows keep the previous calibration.
+        The estimator's per-pixel tables (~50 ms for 640 x 480, seconds at 2048 x 2048) are
+        built before the windows use them: here when block, else on a builder thread (the
+        node's executor must not stall), the newest pending camera winning. Until they are
+        ready, windows keep the previous calibration.
         """
-        max_width, max_height = (self.config['max_sensor_width_px'],
-                                 self.config['max_sensor_height_px'])
-        if camera.width > max_width or camera.height > max_height:
-            raise ValueError(f'camera size {camera.width}x{camera.height} px exceeds '
-                             f'max_sensor_width_px x max_sensor_height_px ({max_width}x'
-                             f'{max_height} px)')
-        current = self.camera
+        self.check_size(camera.width, camera.height)
+        current = self._accepted_camera
         if current is not None and (
                 current.width == camera.width and current.height == camera.height
                 and current.distortion_model == camera.distortion_model
                 and np.array_equal(current.K, camera.K) and np.array_equal(current.D, camera.D)):
             return False
-        self._calibrated = (camera, EgomotionEstimator(camera, self._estimator_config))
-        self.counters.add(camera_changes=1)
+        last_xy = self._last_xy
+        if last_xy is not None and len(last_xy[0]):
+            x, y = last_xy
+            inside = ((x >= -0.5) & (x < camera.width - 0.5) & (y >= -0.5)
+                      & (y < camera.height - 0.5))
+            share = 1.0 - np.count_nonzero(inside) / len(x)
+            if share > MISMATCH_SHARE:
+                raise ValueError(
+                    f'camera size {camera.width}x{camera.height} px disagrees with the flows: '
+                    f'{100 * share:.0f} % of the last ~/flow message lie outside it (x up to '
+                    f'{np.nanmax(x):.0f}, y up to {np.nanmax(y):.0f} px)')
+        self._accepted_camera = camera
+        if block:
+            self._install(camera, EgomotionEstimator(camera, self._estimator_config))
+            return True
+        with self._build:
+            self._build_pending = camera
+            if self._builder is None:
+                self._builder = threading.Thread(target=self._build_tables, daemon=True,
+                                                 name='veckm_egomotion_tables')
+                self._builder.start()
+            self._build.notify()
         return True
 
-    def add_gyro(self, t_s, omega_rad_s):
-        """Add IMU samples: t_s (G,) IMU time [s], omega_rad_s (G, 3) in the IMU frame."""
+    def check_size(self, width: int, height: int):
+        """Raise ValueError when a camera size exceeds max_sensor_width/height_px."""
+        max_width, max_height = (self.config['max_sensor_width_px'],
+                                 self.config['max_sensor_height_px'])
+        if width > max_width or height > max_height:
+            raise ValueError(f'camera size {width}x{height} px exceeds max_sensor_width_px x '
+                             f'max_sensor_height_px ({max_width}x{max_height} px)')
+
+    def calibration_pending(self) -> bool:
+        """Whether an accepted calibration's tables are still being built."""
+        return self._accepted_camera is not self.camera
+
+    def _install(self, camera, estimator):
+        self._calibrated = (camera, estimator)
+        self.counters.add(camera_changes=1)
+
+    def _build_tables(self):
+        """Build the newest pending camera's tables, then install them (builder thread)."""
+        while True:
+            with self._build:
+                while self._build_pending is None and not self._stop:
+                    self._build.wait()
+                if self._stop:
+                    return
+                camera, self._build_pending = self._build_pending, None
+            try:
+                estimator = EgomotionEstimator(camera, self._estimator_config)
+            except (MemoryError, ValueError) as error:
+                self._throttled('error', f'calibration {camera!r} not used: building its '
+                                f'tables failed: {type(error).__name__}: {error}')
+                continue
+            if camera is self._accepted_camera:
+                self._install(camera, estimator)
+                self._log('info', f'calibration in use: {camera!r}')
+
+    def refused(self, counter: str, count: int, example: str):
+        """Add count to the REFUSAL_COUNTERS entry counter; name it in the refusals line."""
+        self.counters.add(**{counter: count})
+        self.refusals.add(counter, count, example)
+        if counter.startswith('imu_'):
+            self._imu_refusal = (time.monotonic(), f'~/imu samples refused: {count} '
+                                 f'{counter[4:].replace("_", " ")} ({example})')
+
+    def add_gyro(self, t_s, omega_rad_s, frame_ids=None):
+        """
+        Add IMU samples: t_s (G,) IMU time [s], omega_rad_s (G, 3) in the IMU frame.
+
+        frame_ids: the header frame_id of each sample (or None: not checked). Refused and
+        counted: rates at or beyond 0.98 imu_max_rate_rad_s (saturated, deg/s, corrupt) or
+        not finite, a frame_id other than imu_frame_id (or the first one seen), times further
+        than GYRO_HISTORY_S from the newest ~/flow stamp, times not after the previous sample.
+        """
         t_s = np.atleast_1d(np.asarray(t_s, np.float64))
         omega_rad_s = np.asarray(omega_rad_s, np.float64).reshape(-1, 3)
+        keep = self._screen_gyro(t_s, omega_rad_s, frame_ids)
+        if keep is not None:
+            t_s, omega_rad_s = t_s[keep], omega_rad_s[keep]
+        if len(t_s) == 0:
+            return
         with self._gyro_ready:
             if self._newest_imu_s is not None and t_s.min() < self._newest_imu_s - 0.1:
                 self._gyro = self._make_gyro()  # IMU time went back (bag loop): start again
                 self.counters.add(imu_resets=1)
+                self._throttled('warning', f'~/imu stamps went back by '
+                                f'{self._newest_imu_s - t_s.min():.3f} s: gyroscope history '
+                                'restarted')
                 self._newest_imu_s = None
+            dropped = self._gyro.dropped
             self._gyro.add(t_s, omega_rad_s)
+            if self._gyro.dropped != dropped:
+                self.refused('imu_samples_out_of_order', self._gyro.dropped - dropped,
+                             f'stamps not after the previous sample, e.g. t = {t_s[0]:.6f} s')
             newest = float(t_s.max())
             self._newest_imu_s = newest if self._newest_imu_s is None else max(
                 self._newest_imu_s, newest)
+            stalled = self._imu_stalled_until_s
+            if stalled is not None and self._newest_imu_s >= stalled:
+                self._imu_stalled_until_s = None
             self._imu_arrival_s = time.monotonic()
             self.imu_samples += len(t_s)
             self._gyro_ready.notify_all()
 
+    def _screen_gyro(self, t_s, omega_rad_s, frame_ids):
+        """Return the mask of samples to keep (None: all), counting and naming the others."""
+        max_rate = float(self.config['imu_max_rate_rad_s'])
+        newest_flow_s = self._newest_flow_s
+        offset_s = float(self.config['imu_time_offset_s'])
+        # The common case in plain Python (an IMU batch holds 1-10 samples; numpy's calls cost
+        # more on so few): all rates finite and within the full scale (NaN compares False),
+        # one frame, times near the flow's.
+        limit = SATURATION_SHARE * max_rate
+        times = t_s.tolist()
+        if (all(-limit < rate < limit for rate in omega_rad_s.ravel().tolist())
+                and (frame_ids is None or (self._imu_frame is not None and frame_ids.count(
+                    self._imu_frame) == len(frame_ids)))
+                and (newest_flow_s is None or (
+                    abs(min(times) + offset_s - newest_flow_s) <= GYRO_HISTORY_S
+                    and abs(max(times) + offset_s - newest_flow_s) <= GYRO_HISTORY_S))):
+            return None
+        bad = gyro_sample_problems(omega_rad_s, max_rate)
+        if bad.any():
+            self.refused('imu_samples_out_of_range', int(np.count_nonzero(bad)),
+                         f'{omega_rad_s[np.argmax(bad)].tolist()} rad/s, full scale '
+                         f'imu_max_rate_rad_s = {max_rate:g}')
+        if frame_ids is not None:
+            if self._imu_frame is None and not bad.all():
+                self._imu_frame = frame_ids[int(np.argmin(bad))]
+                self._log('info', f'~/imu: gyroscope of frame {self._imu_frame!r}; samples of '
+                          'other frames are refused')
+            other = np.fromiter((frame != self._imu_frame for frame in frame_ids), bool,
+                                len(frame_ids)) & ~bad
+            if other.any():
+                self.refused('imu_samples_other_frame', int(np.count_nonzero(other)),
+                             f'frame_id {frame_ids[int(np.argmax(other))]!r}, expected '
+                             f'{self._imu_frame!r}')
+            bad |= other
+        if newest_flow_s is not None:
+            offset_s = t_s + offset_s - newest_flow_s
+            off = ~(np.abs(offset_s) <= GYRO_HISTORY_S) & ~bad
+            if off.any():
+                self.refused('imu_samples_off_time', int(np.count_nonzero(off)),
+                             f'stamp {offset_s[np.argmax(off)]:+.3f} s from the newest '
+                             '~/flow stamp (clock, imu_time_offset_s?)')
+            bad |= off
+        return ~bad if bad.any() else None
+
     def add_flow(self, stamp_ns: int, columns: FlowColumns, frame_id: str = ''):
         """Add one ~/flow message; queue the windows it closes."""
         windows = self.windows
-        gaps, resets, bad_times = windows.gaps, windows.time_resets, windows.bad_times
-        closed = windows.add(stamp_ns, columns, frame_id)
-        self.counters.add(messages=1, flows=len(columns), gaps=windows.gaps - gaps,
-                          time_resets=windows.time_resets - resets,
-                          flows_with_bad_times=windows.bad_times - bad_times)
-        if windows.bad_times != bad_times:
-            self._throttled('warning', f'~/flow message with {windows.bad_times - bad_times} '
-                            f'flow(s) whose t is not finite or beyond {MAX_FLOW_T_S:g} s of the '
-                            'header stamp: dropped')
+        gaps, resets = windows.gaps, windows.time_resets
+        self._newest_flow_s = stamp_ns * 1e-9
+        camera = self._accepted_camera
+        received = len(columns) + columns.capped
+        if len(columns):
+            self._last_xy = (columns.x, columns.y)
+        closed = windows.add(stamp_ns, columns, frame_id, size=None if camera is None
+                             else (camera.width, camera.height))
+        self.counters.add(messages=1, flows=received, gaps=windows.gaps - gaps,
+                          time_resets=windows.time_resets - resets)
+        if columns.capped:
+            self.refused('flows_over_message_cap', columns.capped,
+                         f'a cloud of {received} points, max_flows_per_message = '
+                         f'{self.config["max_flows_per_message"]}')
+        refused = windows.last_refused
+        for name, (count, example) in refused.items():
+            self.refused(name, count, example)
+        outside = refused.get('flows_outside_image', (0,))[0]
+        self._camera_mismatch = (
+            f'camera size {camera.width}x{camera.height} px disagrees with the flows '
+            f'({100 * outside / len(columns):.0f} % outside, e.g. '
+            f'{refused["flows_outside_image"][1].split(" in ")[0]})'
+            if outside > MISMATCH_SHARE * len(columns) and len(columns) else None)
         if windows.time_resets != resets:
             self._throttled('warning', f'~/flow header stamp went back by more than window_s '
                             f'({self.config["window_s"]:g} s): open window dropped, windows '
@@ -500,12 +430,14 @@ class EgomotionStream:
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0):
-        """Stop the estimator thread (idempotent); queued windows are dropped."""
+        """Stop the estimator and builder threads (idempotent); queued windows are dropped."""
         with self._wake:
             self._stop = True
             self._wake.notify()
         with self._gyro_ready:
             self._gyro_ready.notify_all()
+        with self._build:
+            self._build.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -550,6 +482,12 @@ class EgomotionStream:
             self._throttled('warning', 'no camera calibration yet: waiting for a valid '
                             '~/camera_info (or set camera_yaml); windows are skipped')
             return
+        mismatch = self._camera_mismatch
+        if mismatch is not None:
+            self.counters.add(windows_with_camera_mismatch=1)
+            self._throttled('error', f'{mismatch}: windows skipped until a matching '
+                            '~/camera_info arrives')
+            return
         if len(window) < self.config['min_flows']:
             self.counters.add(sparse_windows=1)
             return
@@ -558,27 +496,48 @@ class EgomotionStream:
         if window.generation != self._estimator_generation:
             estimator.reset()  # time jumped back: the last direction says nothing
         self._estimator_generation = window.generation
-        omega_rad_s = self._gyro_mean(window) if self.config['use_imu'] else None
+        omega_rad_s, reason = (self._gyro_mean(window) if self.config['use_imu']
+                               else (None, 'use_imu false'))
+        estimate = None
+        monitor = self.gyro_monitor
+        if omega_rad_s is not None and (not monitor.trusted or monitor.check_due(omega_rad_s)):
+            # The flow's own rotation, to tell a gyroscope in the wrong unit, axes or frame.
+            estimate = estimator.estimate(window.x, window.y, window.u, window.v,
+                                          weight=window.weight,
+                                          t_s=(window.t0_s + window.t1_s) / 2)
+            if monitor.record(omega_rad_s, estimate.omega_rad_s):
+                if monitor.trusted:
+                    self._log('info', 'the gyroscope agrees with the flow again: using it')
+                else:
+                    self._log('error', f'{monitor.reason}: angular velocity from the flow')
+            if monitor.trusted:
+                estimate = None
+            else:
+                self.counters.add(windows_gyro_disagrees=1)
+                omega_rad_s, reason = None, monitor.reason
         source = 'gyro' if omega_rad_s is not None else 'flow'
         if omega_rad_s is None:
             self.counters.add(windows_without_gyro=1)
-        if source != self.omega_source:
-            # Each change of source is logged, at most once a minute (it can flicker at the
-            # edge of the IMU's coverage); /diagnostics always says which is used.
+        if source != self.omega_source or (source == 'flow' and reason != self.omega_reason):
+            # Each change of source (or reason) is logged, at most once a minute (it can
+            # flicker at the edge of the IMU's coverage); /diagnostics always says which.
             if source == 'flow' and self.config['use_imu']:
-                self._throttled('warning', 'no ~/imu samples cover the flow window: the '
-                                'angular velocity is estimated from the flow', period_s=60.0)
+                self._throttled('warning', f'angular velocity estimated from the flow: '
+                                f'{reason}', period_s=60.0)
             elif source == 'gyro':
                 self._throttled('info', 'angular velocity from the gyroscope of ~/imu',
                                 period_s=60.0)
-            self.omega_source = source
-        estimate = estimator.estimate(window.x, window.y, window.u, window.v,
-                                      weight=window.weight, omega_rad_s=omega_rad_s,
-                                      t_s=(window.t0_s + window.t1_s) / 2)
+            self.omega_source, self.omega_reason = source, reason
+        if estimate is None:
+            estimate = estimator.estimate(window.x, window.y, window.u, window.v,
+                                          weight=window.weight, omega_rad_s=omega_rad_s,
+                                          t_s=(window.t0_s + window.t1_s) / 2)
         compute_ms = (time.perf_counter() - start_s) * 1e3
         self.counters.add(window_flows_received=window.received_flows,
                           window_flows_used=int(estimate.num_flows))
-        if not all(map(math.isfinite, estimate.direction)):
+        if not (all(map(math.isfinite, estimate.direction))
+                and np.all(np.abs(estimate.omega_rad_s) < self.config['imu_max_rate_rad_s'])
+                and not estimate.min_ttc_s <= 0):
             self.counters.add(undetermined_windows=1)
         else:
             try:
@@ -594,23 +553,38 @@ class EgomotionStream:
 
     def _gyro_mean(self, window: FlowWindow):
         """
-        Mean gyroscope rate over the window (camera frame), or None.
+        Return (mean gyroscope rate over the window (camera frame) or None, why not).
 
-        While ~/imu delivers (a sample within the last second) but not yet past the window's
-        end, wait up to imu_max_wait_s for it: IMU messages can arrive after the flow.
+        When ~/imu delivers (a sample within IMU_SILENT_S) but its newest sample lies less
+        than imu_max_wait_s before the window's end, wait up to imu_max_wait_s for it (IMU
+        messages can arrive after the flow). A silent IMU, one whose stamps lie further
+        behind, or one whose last wait timed out (until a sample passes that window) is not
+        waited for: the window takes the flow's rotation at once.
         """
         offset_s = float(self.config['imu_time_offset_s'])
+        wait_s = float(self.config['imu_max_wait_s'])
 
         def covered():
-            return self._stop or (self._newest_imu_s is not None
-                                  and self._newest_imu_s + offset_s >= window.t1_s)
+            return self._stop or self._newest_imu_s + offset_s >= window.t1_s
         with self._gyro_ready:
-            live = (self._imu_arrival_s is not None
-                    and time.monotonic() - self._imu_arrival_s < 1.0)
-            if live and not covered():
-                self._gyro_ready.wait_for(covered, timeout=self.config['imu_max_wait_s'])
+            if self._newest_imu_s is None:
+                return None, (self._imu_refusal[1] or 'no ~/imu samples')
+            silent_s = time.monotonic() - self._imu_arrival_s
+            lag_s = window.t1_s - (self._newest_imu_s + offset_s)
+            if (0 < lag_s <= wait_s and silent_s < IMU_SILENT_S
+                    and self._imu_stalled_until_s is None):
+                if not self._gyro_ready.wait_for(covered, timeout=wait_s):
+                    self._imu_stalled_until_s = window.t1_s - offset_s
+                lag_s = window.t1_s - (self._newest_imu_s + offset_s)
             mean = self._gyro.mean(window.t0_s, window.t1_s)
-        if mean is None:
-            return None
-        mean = np.asarray(mean, np.float64)
-        return mean if mean.shape == (3,) and all(map(math.isfinite, mean)) else None
+        if mean is not None:
+            mean = np.asarray(mean, np.float64)
+            if mean.shape == (3,) and all(map(math.isfinite, mean)):
+                return mean, ''
+        refused_s, refusal = self._imu_refusal
+        if time.monotonic() - refused_s < 1.0:
+            return None, refusal
+        if silent_s >= IMU_SILENT_S:
+            return None, f'~/imu silent for {silent_s:.2f} s'
+        return None, (f'the ~/imu samples end {lag_s:.3f} s before the window' if lag_s > 0
+                      else 'the ~/imu samples do not cover the window')
