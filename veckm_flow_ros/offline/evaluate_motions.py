@@ -1,0 +1,180 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+The egomotion estimator per motion kind (learning/motion_suite.py), exact flow.
+
+Each window is classed by its translational / rotational image-speed ratio: 'translating'
+(>= 0.25), 'turning' (0.1-0.25), 'rotating' (< 0.1). Per kind and mode (with the biased
+gyroscope, without it) the table gives, per class, the median direction error [deg] over
+the windows with a direction, the share of windows with a direction, and for rotating
+windows the count of confident wrong headings (a direction more than 10 deg off); without
+the gyroscope the median angular-velocity error [deg/s and %]; on approaches the median
+relative time-to-contact error per region.
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator, GyroBuffer
+from veckm_flow_ros.learning import motion_suite
+
+MODES = ('gyro', 'free')
+CLASSES = (('translating', 0.25, math.inf), ('turning', 0.1, 0.25), ('rotating', 0.0, 0.1))
+WRONG_DEG = 10.0
+
+
+def _angle_deg(a, b):
+    cos = np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+
+
+def load_sequence(kind, seed, duration_s, flow, cache_dir=None):
+    """Windows of one sequence as arrays (dict), from cache_dir when there."""
+    path = None
+    if cache_dir:
+        path = os.path.join(cache_dir, f'{kind}-{seed}-{duration_s:g}-{flow}.npz')
+        if os.path.exists(path):
+            with np.load(path) as data:
+                return {k: data[k] for k in data.files}
+    scene, windows, (gyro_t, gyro_w, bias) = motion_suite.motion_sequence(
+        kind, seed, duration_s, flow=flow)
+    camera = scene.camera
+    out = {
+        'kind': np.array(kind), 'seed': np.array(seed),
+        'size': np.array([camera.width, camera.height]),
+        'k': camera.K.reshape(-1), 'd': np.asarray(camera.D, np.float64),
+        'counts': np.array([len(w.x_px) for w in windows]),
+        'x_px': np.concatenate([w.x_px for w in windows]),
+        'y_px': np.concatenate([w.y_px for w in windows]),
+        'flow_px_s': np.concatenate([w.flow_px_s for w in windows]),
+        't0_s': np.array([w.t0_s for w in windows]), 't1_s': np.array([w.t1_s for w in windows]),
+        'v_m_s': np.array([w.v_m_s for w in windows]),
+        'omega_rad_s': np.array([w.omega_rad_s for w in windows]),
+        'ratio': np.array([w.ratio for w in windows]),
+        'ttc_s': np.array([w.ttc_s for w in windows]),
+        'gyro_t_s': gyro_t, 'gyro_rad_s': gyro_w, 'gyro_bias_rad_s': bias}
+    if path:
+        os.makedirs(cache_dir, exist_ok=True)
+        np.savez_compressed(path, **out)
+    return out
+
+
+def _camera(data):
+    from veckm_flow_ros.core.camera import CameraModel
+    width, height = (int(v) for v in data['size'])
+    return CameraModel.from_camera_info(width, height, data['k'].tolist(),
+                                        data['d'].tolist(), 'plumb_bob')
+
+
+def run_sequence(data, mode, config, compiled=True):
+    """Per-window arrays of one sequence in one mode: direction, omega, reason, ttc error."""
+    camera = _camera(data)
+    estimator = EgomotionEstimator(camera, config, compiled=compiled)
+    gyro = None
+    if mode == 'gyro':
+        gyro = GyroBuffer(max_age_s=10.0, max_samples=len(data['gyro_t_s']) + 1)
+        gyro.add(data['gyro_t_s'], data['gyro_rad_s'])
+    bounds = np.concatenate([[0], np.cumsum(data['counts'])])
+    count = len(data['counts'])
+    direction = np.full((count, 3), np.nan)
+    omega = np.full((count, 3), np.nan)
+    ttc_error = np.full(count, np.nan)
+    reasons = []
+    for i in range(count):
+        part = slice(bounds[i], bounds[i + 1])
+        t0, t1 = float(data['t0_s'][i]), float(data['t1_s'][i])
+        rate = gyro.mean(t0, t1) if gyro is not None else None
+        flow = data['flow_px_s'][part]
+        estimate = estimator.estimate(data['x_px'][part], data['y_px'][part], flow[:, 0],
+                                      flow[:, 1], omega_rad_s=rate, t_s=0.5 * (t0 + t1))
+        direction[i], omega[i] = estimate.direction, estimate.omega_rad_s
+        reasons.append(getattr(estimate, 'undetermined', ''))
+        truth = data['ttc_s'][i]
+        with np.errstate(invalid='ignore', divide='ignore'):
+            relative = np.abs(estimate.ttc_grid_s - truth) / truth
+        relative = relative[np.isfinite(relative)]
+        if len(relative):
+            ttc_error[i] = np.median(relative)
+    return {'direction': direction, 'omega': omega, 'reason': reasons, 'ttc_error': ttc_error}
+
+
+def kind_rows(datas, results, mode):
+    """Summary dict of one kind and mode over its sequences (module doc)."""
+    ratio = np.concatenate([d['ratio'] for d in datas])
+    truth_v = np.concatenate([d['v_m_s'] for d in datas])
+    truth_w = np.concatenate([d['omega_rad_s'] for d in datas])
+    direction = np.concatenate([r['direction'] for r in results])
+    omega = np.concatenate([r['omega'] for r in results])
+    has = np.all(np.isfinite(direction), axis=1)
+    error = np.where(has, _angle_deg(direction, truth_v), np.nan)
+    row = {'windows': len(ratio), 'ratio': float(np.median(ratio))}
+    for name, low, high in CLASSES:
+        inside = (ratio >= low) & (ratio < high)
+        row[f'{name}_n'] = int(inside.sum())
+        picked = error[inside & has]
+        row[f'{name}_deg'] = float(np.median(picked)) if len(picked) else float('nan')
+        row[f'{name}_reported'] = float(has[inside].mean()) if inside.any() else float('nan')
+        row[f'{name}_wrong'] = int(np.sum(picked > WRONG_DEG))
+    w_err = np.linalg.norm(omega - truth_w, axis=1)
+    w_true = np.linalg.norm(truth_w, axis=1)
+    row['omega_deg_s'] = float(np.degrees(np.nanmedian(w_err)))
+    row['omega_pct'] = float(100 * np.nanmedian(w_err / np.maximum(w_true, 1e-9)))
+    ttc = np.concatenate([r['ttc_error'] for r in results])
+    row['ttc_pct'] = float(100 * np.nanmedian(ttc)) if np.isfinite(ttc).any() else float('nan')
+    return row
+
+
+COLUMNS = (('windows', 'win', '{:.0f}'), ('ratio', 'ratio', '{:.2f}'),
+           ('translating_n', 'n>=.25', '{:.0f}'), ('translating_deg', 'deg', '{:.2f}'),
+           ('translating_reported', 'rep', '{:.0%}'),
+           ('turning_n', 'n.1-.25', '{:.0f}'), ('turning_deg', 'deg', '{:.2f}'),
+           ('turning_reported', 'rep', '{:.0%}'),
+           ('rotating_n', 'n<.1', '{:.0f}'), ('rotating_wrong', 'wrong', '{:.0f}'),
+           ('rotating_reported', 'rep', '{:.0%}'),
+           ('omega_deg_s', 'w deg/s', '{:.2f}'), ('omega_pct', 'w %', '{:.1f}'),
+           ('ttc_pct', 'ttc %', '{:.1f}'))
+
+
+def table(rows):
+    """Markdown table of (kind, mode, row) triples."""
+    head = '| kind | mode | ' + ' | '.join(c[1] for c in COLUMNS) + ' |'
+    lines = [head, '|' + '---|' * (len(COLUMNS) + 2)]
+    for kind, mode, row in rows:
+        cells = []
+        for key, _, fmt in COLUMNS:
+            value = row[key]
+            cells.append('-' if isinstance(value, float) and math.isnan(value)
+                         else fmt.format(value))
+        lines.append(f'| {kind} | {mode} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def evaluate(split='tuning', count=4, kinds=motion_suite.MOTION_KINDS, duration_s=0.6,
+             flow='normal', config=None, compiled=True, cache_dir=None, quiet=False):
+    """Run every kind of a split in both modes; returns [(kind, mode, row)] and per-seq data."""
+    config = config or EgomotionConfig()
+    rows = []
+    for kind in kinds:
+        datas = [load_sequence(kind, seed, duration_s, flow, cache_dir)
+                 for seed in motion_suite.split_seeds(split, count)]
+        for mode in MODES:
+            results = [run_sequence(d, mode, config, compiled) for d in datas]
+            rows.append((kind, mode, kind_rows(datas, results, mode)))
+            if not quiet:
+                print(f'{split} {kind} {mode} done', file=sys.stderr, flush=True)
+    return rows
