@@ -165,6 +165,39 @@ inline void huber_weights(
   huber_weights_below(residual, n, huber_limit(median(scratch), huber_scale), robust);
 }
 
+// The cell factors of _reweight (after a fit): robust (n,) of each cell's flows times
+// min(1, scale median_c(e_c) / e_c), e_c = sum w |residual| / sum w over the cell's flows
+// (cells start at starts (num_cells,), the last ends at n); scale 0: unchanged. scratch, errors:
+// room for num_cells values.
+inline void cell_weights(
+  const double * residual, const double * weight, const int64_t * starts, int64_t num_cells,
+  int64_t n, double scale, std::vector<double> & scratch, std::vector<double> & errors,
+  double * robust)
+{
+  if (!(scale > 0) || num_cells == 0) {
+    return;
+  }
+  errors.resize(num_cells);
+  for (int64_t c = 0; c < num_cells; ++c) {
+    const int64_t end = c + 1 < num_cells ? starts[c + 1] : n;
+    double weighted = 0.0, total = 0.0;
+    for (int64_t i = starts[c]; i < end; ++i) {
+      weighted += weight[i] * std::abs(residual[i]);
+      total += weight[i];
+    }
+    errors[c] = weighted / std::max(total, 1e-300);
+  }
+  scratch.assign(errors.begin(), errors.end());
+  const double limit = scale * median(scratch);
+  for (int64_t c = 0; c < num_cells; ++c) {
+    const double factor = std::min(1.0, limit / std::max(errors[c], 1e-300));
+    const int64_t end = c + 1 < num_cells ? starts[c + 1] : n;
+    for (int64_t i = starts[c]; i < end; ++i) {
+      robust[i] *= factor;
+    }
+  }
+}
+
 // Per-cell weighted sums of a a^T (6 values, mixed products twice), a r (3) and the total of
 // r^2 (_cell_stats_known).
 struct CellStats

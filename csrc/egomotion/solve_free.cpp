@@ -485,6 +485,8 @@ private:
         cell_residual(flows_, stats.aa.data(), fit.ar.data(), r_.data(), direction,
           residual_.data());
         reweight(residual_.data());
+        cell_weights(residual_.data(), w_.weight, w_.starts, w_.num_cells, n_,
+          s_.cell_huber_scale, scratch_, errors_, robust_.data());
       }
     }
     fit.direction = direction;
@@ -560,7 +562,7 @@ private:
   double limit_ = 0.0, median_magnitude_ = 0.0;
   FreeStats first_;
   bool have_first_ = false;
-  std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_;
+  std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_, errors_;
 };
 
 }  // namespace

@@ -174,6 +174,8 @@ private:
         cell_residual(flows_, stats.aa.data(), stats.ar.data(), r_.data(), current,
           residual_.data());
         reweight(residual_);
+        cell_weights(residual_.data(), weight_.data(), w_.starts, w_.num_cells, n_,
+          s_.cell_huber_scale, scratch_, errors_, robust_.data());
       }
     }
     direction = current;
@@ -186,6 +188,7 @@ private:
   const GyroSettings & s_;
   int64_t n_;
   std::vector<double> r_, h_, weight_, robust_, residual_, fit_weight_, scratch_, signed_;
+  std::vector<double> errors_;
 };
 
 }  // namespace

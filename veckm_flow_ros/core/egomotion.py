@@ -51,13 +51,14 @@ window (bounded memory).
 """
 
 import bisect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 import math
 from typing import Optional
 
 import numpy as np
 
 from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.core.egomotion_checks import GyroBiasTracker, translation_ratio
 
 
 @dataclass
@@ -128,6 +129,23 @@ class EgomotionConfig:
     #                                 check only when the fit ends > 5 deg from it), then one
     #                                 window is searched in full; 0: every window in full,
     #                                 0..1000
+    gyro_bias_windows: int = 5      # with a gyroscope: every this many windows (and the
+    #                                 first) the joint least squares of omega and direction
+    #                                 run too; where they fit the flows (the accuracy check
+    #                                 of rotation_start_residual) the gyroscope's mean
+    #                                 minus their omega measures its bias, and the median
+    #                                 of the last 9 is subtracted from the gyroscope; 0: the
+    #                                 gyroscope is trusted, 0..1000
+    max_gyro_bias_rad_s: float = 0.05  # bias measurements larger than this on any axis are
+    #                                 rejected [rad/s], [0, 1]
+    cell_huber_scale: float = 2.0   # after each fit, a cell's flows weigh at most
+    #                                 this times the median cell's weighted mean |residual|
+    #                                 over its own (cells straddling a depth edge); 0: off,
+    #                                 [0, 100]
+    min_translation_ratio: float = 0.05  # the fitted translational normal flow below this
+    #                                 share of the rotational (medians over the flows) ->
+    #                                 direction NaN, undetermined 'rotation_dominated'; 0:
+    #                                 off, [0, 1]
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -164,6 +182,10 @@ class EgomotionConfig:
         need(0 <= self.rotation_prior_weight <= 1e6, 'rotation_prior_weight',
              'in [0, 1e6] s^2/rad^2')
         need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
+        need(0 <= self.gyro_bias_windows <= 1000, 'gyro_bias_windows', 'in 0..1000')
+        need(0 <= self.max_gyro_bias_rad_s <= 1, 'max_gyro_bias_rad_s', 'in [0, 1] rad/s')
+        need(0 <= self.cell_huber_scale <= 100, 'cell_huber_scale', 'in [0, 100]')
+        need(0 <= self.min_translation_ratio <= 1, 'min_translation_ratio', 'in [0, 1]')
         return self
 
     @classmethod
@@ -181,7 +203,10 @@ class EgomotionEstimate:
     frame (from the gyroscope when omega_from_gyro); direction (3,) unit translation direction
     of the camera; foe_px (2,) focus of expansion in pixels (valid when |direction_z| >=
     min_forward); ttc_grid_s (rows, cols) float32 time to contact [s] per image region;
-    min_ttc_s its minimum; inlier_fraction: share of used flows within the Huber threshold.
+    min_ttc_s its minimum; inlier_fraction: share of used flows within the Huber threshold;
+    undetermined: why direction is NaN (a key of egomotion_checks.REASONS), '' when it is
+    not; translation_ratio: fitted translational over rotational normal flow (medians);
+    gyro_bias_rad_s (3,): the bias estimate subtracted from the gyroscope (zeros without).
     """
 
     t_s: float
@@ -195,6 +220,9 @@ class EgomotionEstimate:
     min_ttc_s: float
     inlier_fraction: float
     translation_fit: float = float('nan')  # explained share of the derotated flow, [0, 1]
+    undetermined: str = ''
+    translation_ratio: float = float('nan')
+    gyro_bias_rad_s: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
 
 def fibonacci_sphere(count: int) -> np.ndarray:
@@ -472,6 +500,8 @@ class EgomotionEstimator:
         self._half_sphere = sphere[sphere[:, 2] >= 0]
         self._previous = None  # the last window's direction: one more start of the search
         self._warm_windows = 0  # windows in a row started from _previous (gyro mode)
+        self._bias = GyroBiasTracker(self.config.gyro_bias_windows,
+                                     self.config.max_gyro_bias_rad_s)
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
@@ -526,6 +556,7 @@ class EgomotionEstimator:
         """Forget the previous window's direction (after a time jump or a new camera)."""
         self._previous = None
         self._warm_windows = 0
+        self._bias.reset()
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
                  t_s=0.0) -> EgomotionEstimate:
@@ -549,18 +580,30 @@ class EgomotionEstimator:
                 gyro = None
         window = self._prepare(x_px, y_px, u_px_s, v_px_s, weight)
         result = self._empty(t_s, 0 if window is None else len(window), gyro)
+        result.undetermined = 'too_few_flows'
         if window is None or len(window) < config.min_flows:
             return result
         if gyro is not None:
-            direction, omega, fit = self._solve_gyro(window, gyro)
+            if self._bias.due():
+                self._measure_bias(window, gyro)
+            result.gyro_bias_rad_s = self._bias.bias_rad_s
+            direction, omega, fit = self._solve_gyro(window, gyro - result.gyro_bias_rad_s)
         else:
             direction, omega, fit = self._solve_free(window)
         result.omega_rad_s = omega
         result.translation_fit = fit
         self._previous = direction if fit >= config.min_translation_fit else None
         result.inlier_fraction = np.count_nonzero(window.robust >= 1.0) / len(window)
+        result.undetermined = 'translation_unexplained'
         if fit < config.min_translation_fit or not _finite(direction):
             return result
+        residual, _ = self._cell_residual(window, direction, omega)
+        h = window.g @ omega
+        result.translation_ratio = translation_ratio(residual, window.m - h, h)
+        if result.translation_ratio < config.min_translation_ratio:
+            result.undetermined = 'rotation_dominated'
+            return result
+        result.undetermined = ''
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:
             fx, fy = self.camera.project(direction[0] / direction[2],
@@ -752,6 +795,29 @@ class EgomotionEstimator:
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
         return direction, omega.copy(), fit
 
+    def _measure_bias(self, window, gyro):
+        """One bias measurement from the joint least squares where they fit (GyroBiasTracker)."""
+        weight, robust = window.weight.copy(), window.robust.copy()
+        direction, omega, _ = self._solve_free(window, least_squares=True)
+        if _finite(direction) and self._accurate(window, direction, omega):
+            self._bias.add(omega, gyro)
+        else:
+            self._bias.rejected += 1
+        window.weight, window.robust = weight, robust
+
+    def _accurate(self, window, direction, omega):
+        """
+        Whether the flows are accurate at (direction, omega): the median |residual| (cell
+        depths fitted) below rotation_start_residual of the median |flow|, or half of it on
+        the tenth of the flows with the smallest |a . d| (free of the depth model's misfit).
+        """
+        limit = self.config.rotation_start_residual * _median(np.abs(window.m))
+        residual, b = self._cell_residual(window, direction, omega)
+        if _median(np.abs(residual)) < limit:
+            return True
+        flat = np.abs(b) <= np.quantile(np.abs(b), _DEPTH_FREE_SHARE)
+        return _median(np.abs(residual[flat])) < _DEPTH_FREE_LIMIT * limit
+
     def _solve_gyro_compiled(self, window, omega):
         """Solve as _solve_gyro in one call of the compiled extension (same algorithm)."""
         config = self.config
@@ -765,7 +831,7 @@ class EgomotionEstimator:
             window.input_order, omega, self._half_sphere, previous, warm, robust,
             (config.refine_steps, config.robust_iterations, config.huber_scale,
              bool(config.sign_start), config.sign_flows, config.sign_tolerance,
-             config.rotation_error, self._coarse_step_rad))
+             config.rotation_error, self._coarse_step_rad, config.cell_huber_scale))
         window.robust = robust
         return np.array(direction), omega.copy(), fit
 
@@ -819,7 +885,7 @@ class EgomotionEstimator:
                         math.cos(math.radians(_SAME_BASIN_DEG)):
                     return None, None, None
             if iteration < last:
-                self._reweight(window, r, self._cell_fit(window, r, stats, direction))
+                self._reweight(window, r, self._cell_fit(window, r, stats, direction), True)
         return direction, stats, first
 
     @staticmethod
@@ -856,7 +922,7 @@ class EgomotionEstimator:
 
     # ---- without a gyroscope --------------------------------------------------------------
 
-    def _solve_free(self, window):
+    def _solve_free(self, window, least_squares=False):
         """
         Direction and omega together: cell depths and omega by least squares per direction.
 
@@ -865,14 +931,14 @@ class EgomotionEstimator:
         omega is pulled towards the rotation-only fit (rotation_prior_weight).
         """
         if self._compiled_free is not None:
-            return self._solve_free_compiled(window)
+            return self._solve_free_compiled(window, least_squares)
         config = self.config
         a, g, m = window.a_rows, window.g, window.m
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
         table = np.concatenate([window.aa_rows, a * m,
                                 (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
         fitted = None
-        if not config.rotation_start:
+        if least_squares or not config.rotation_start:
             fitted = self._fit_free(window, table)
         else:
             # The joint least squares serve where the flows are accurate enough: after one
@@ -887,15 +953,8 @@ class EgomotionEstimator:
             # flow (the tenth with the smallest |a . d|) does not depend on the depths: where
             # the depth varies inside the cells (the depth model's misfit, not the flows'),
             # those flows still show that the flows are accurate.
-            limit = config.rotation_start_residual * _median(np.abs(m))
-
-            def accurate(direction, omega):
-                residual, b = self._cell_residual(window, direction, omega)
-                if _median(np.abs(residual)) < limit:
-                    return True
-                flat = np.abs(b) <= np.quantile(np.abs(b), _DEPTH_FREE_SHARE)
-                return _median(np.abs(residual[flat])) < _DEPTH_FREE_LIMIT * limit
-            fitted = self._fit_free(window, table, accurate=accurate)
+            fitted = self._fit_free(window, table,
+                                    accurate=lambda d, w: self._accurate(window, d, w))
         if fitted is None:
             rotation = self._rotation_only(window)
             h = g @ rotation
@@ -907,7 +966,7 @@ class EgomotionEstimator:
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
         return direction, omega, fit
 
-    def _solve_free_compiled(self, window):
+    def _solve_free_compiled(self, window, least_squares=False):
         """Solve as _solve_free in one call of the compiled extension (same algorithm)."""
         config = self.config
         robust = np.empty(len(window))
@@ -915,9 +974,10 @@ class EgomotionEstimator:
             window.a_rows, window.g_rows, window.m, window.weight, window.starts,
             window.input_order, self._half_sphere, self._previous, robust,
             (config.refine_steps, config.robust_iterations, config.huber_scale,
-             config.sign_flows, config.rotation_error, bool(config.rotation_start),
+             config.sign_flows, config.rotation_error,
+             bool(config.rotation_start) and not least_squares,
              config.rotation_start_residual, config.rotation_prior_weight,
-             self._coarse_step_rad))
+             self._coarse_step_rad, config.cell_huber_scale))
         window.robust = robust
         return np.array(direction), np.array(omega), fit
 
@@ -979,7 +1039,7 @@ class EgomotionEstimator:
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
             if iteration < last:
                 self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
-                                                         direction))
+                                                         direction), True)
         return direction, omega, stats, ar, r
 
     @staticmethod
@@ -1141,11 +1201,24 @@ class EgomotionEstimator:
         rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
         return r - np.take(np.maximum(rho, 0.0), window.cell) * (window.a @ direction)
 
-    def _reweight(self, window, r, residual):
-        """Huber weights from the residuals (robust scale: median absolute residual)."""
+    def _reweight(self, window, r, residual, cells=False):
+        """
+        Huber weights from the residuals (robust scale: median absolute residual).
+
+        cells (after a fit): each cell's weights also times min(1, cell_huber_scale *
+        median_c(e_c) / e_c), e_c the cell's weighted mean |residual|: a cell whose flows the
+        constant depth cannot fit (a depth edge inside it) pulls the direction less.
+        """
         size = np.abs(residual)
         limit = self.config.huber_scale * (1.4826 * _median(size) + 1e-12)
         window.robust = np.minimum(1.0, limit / np.maximum(size, 1e-300))
+        scale = self.config.cell_huber_scale
+        if cells and scale > 0:
+            weight = window.weight
+            sums = np.add.reduceat(np.stack([weight * size, weight]), window.starts, axis=1)
+            error = sums[0] / np.maximum(sums[1], 1e-300)
+            factor = np.minimum(1.0, scale * _median(error) / np.maximum(error, 1e-300))
+            window.robust *= np.take(factor, window.cell)
 
     def _ttc(self, window, direction, omega):
         """Time to contact per region [s]: weighted median of per-flow estimates."""

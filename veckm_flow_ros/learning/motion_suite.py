@@ -26,7 +26,7 @@ Kinds (MOTION_KINDS), each a Scene3D of learning/simulate3d (textured planes, a 
 - 'approach': towards a wall at 3-6 m at 1-2.5 m/s, little rotation (time to contact);
 - 'drone': looking down at textured ground 2-6 m below (boxes on it), flying at 1-3 m/s
   with some yaw and tilt, plumb_bob lens distortion;
-- 'turning': accelerating forward (2-4 m/s^2) while turning at 0.2-0.45 rad/s.
+- 'turning': accelerating forward (1-2 m/s^2) while turning at 0.6-1.0 rad/s.
 
 Sensors alternate per sequence between 640 x 480 and 346 x 260. Splits: 'tuning' (seeds
 TUNING_SEED + i) and 'heldout' (HELDOUT_SEED + i, other scenes and twists).
@@ -189,10 +189,10 @@ def make_motion_scene(kind, seed):
         planes = _room(rng, focal, half, rng.uniform(9.0, 12.0), rng.uniform(5.0, 8.0),
                        rng.uniform(4.0, 6.0), cam_h, boxes)
         direction = _unit([rng.uniform(-0.2, 0.2), rng.uniform(-0.05, 0.05), 1.0])
-        omega = np.array([rng.normal(0, 0.03), sign * rng.uniform(0.2, 0.45),
+        omega = np.array([rng.normal(0, 0.03), sign * rng.uniform(0.6, 1.0),
                           rng.normal(0, 0.03)])
-        motion = Trajectory(kind, rng.uniform(0.8, 1.5) * direction,
-                            rng.uniform(2.0, 4.0) * direction, omega,
+        motion = Trajectory(kind, rng.uniform(0.5, 1.0) * direction,
+                            rng.uniform(1.0, 2.0) * direction, omega,
                             np.array([0.0, -sign * rng.uniform(0.0, 1.0), 0.0]))
     sensor = SensorConfig(threshold=0.25, threshold_sigma=0.03, refractory_s=1e-4,
                           noise_rate_hz_per_px=0.0)

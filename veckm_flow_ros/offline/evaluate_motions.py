@@ -44,13 +44,24 @@ def _angle_deg(a, b):
 
 
 def load_sequence(kind, seed, duration_s, flow, cache_dir=None):
-    """Windows of one sequence as arrays (dict), from cache_dir when there."""
+    """
+    Windows of one sequence as arrays (dict), from cache_dir when there.
+
+    flow: 'normal' or 'full' (motion_suite.window_flows), or 'model': events simulated
+    (learning.simulate3d, slow) and the flows the flow node would publish.
+    """
     path = None
     if cache_dir:
         path = os.path.join(cache_dir, f'{kind}-{seed}-{duration_s:g}-{flow}.npz')
         if os.path.exists(path):
             with np.load(path) as data:
                 return {k: data[k] for k in data.files}
+    if flow == 'model':
+        out = _model_sequence(kind, seed, duration_s)
+        if path:
+            os.makedirs(cache_dir, exist_ok=True)
+            np.savez_compressed(path, **out)
+        return out
     scene, windows, (gyro_t, gyro_w, bias) = motion_suite.motion_sequence(
         kind, seed, duration_s, flow=flow)
     camera = scene.camera
@@ -72,6 +83,75 @@ def load_sequence(kind, seed, duration_s, flow, cache_dir=None):
         os.makedirs(cache_dir, exist_ok=True)
         np.savez_compressed(path, **out)
     return out
+
+
+def _model_sequence(kind, seed, duration_s, window_s=0.03, ttc_grid=(6, 8), min_ttc_flows=10):
+    """load_sequence's dict for the flow model's flows of simulated events."""
+    from veckm_flow_ros.learning.simulate3d import simulate3d
+    from veckm_flow_ros.learning.world3d import motion_field
+    from veckm_flow_ros.offline.evaluate_egomotion import sequence_flows
+    scene = motion_suite.make_motion_scene(kind, seed)
+    sequence = simulate3d(scene, duration_s, seed=seed)
+    (t_s, x, y, u, v, weight), _ = sequence_flows(sequence, 'estimated')
+    edges = np.arange(0.0, duration_s + 1e-9, window_s)
+    camera = scene.camera
+    bounds = np.searchsorted(t_s, edges)
+    # Per flow: its event's depth (the flows keep the events' order and times).
+    depth = _event_depth(sequence, t_s, x, y)
+    rows, cols = ttc_grid
+    windows = []
+    for t0, t1, lo, hi in zip(edges[:-1], edges[1:], bounds[:-1], bounds[1:]):
+        v_s, w_s = scene.trajectory.twist(np.linspace(t0, t1, 9))
+        v_mean, w_mean = v_s.mean(0), w_s.mean(0)
+        z = depth[lo:hi]
+        nx, ny = camera.normalize(np.asarray(x[lo:hi], np.float64),
+                                  np.asarray(y[lo:hi], np.float64))
+        ok = np.isfinite(nx) & np.isfinite(ny) & ~np.isnan(z)
+        inverse = np.where(np.isfinite(z), 1.0 / np.where(np.isfinite(z), z, 1.0), 0.0)[ok]
+        tx, ty = motion_field(nx[ok], ny[ok], inverse, v_mean, np.zeros(3))
+        rx, ry = motion_field(nx[ok], ny[ok], 0 * inverse, np.zeros(3), w_mean)
+        rot = np.median(np.hypot(rx, ry)) if ok.any() else np.nan
+        ratio = float(np.median(np.hypot(tx, ty)) / rot) if rot > 0 else float('inf')
+        ttc = np.full((rows, cols), np.nan)
+        if v_mean[2] > 0:
+            region = (np.asarray(y[lo:hi], np.int64) * rows // camera.height) * cols + \
+                np.asarray(x[lo:hi], np.int64) * cols // camera.width
+            for cell in range(rows * cols):
+                depths = z[(region == cell) & np.isfinite(z)]
+                if len(depths) >= min_ttc_flows:
+                    ttc.flat[cell] = np.median(depths) / v_mean[2]
+        windows.append((t0, t1, lo, hi, v_mean, w_mean, ratio, ttc))
+    gyro_t, gyro_w, bias = motion_suite.gyro_samples(scene.trajectory, duration_s, seed)
+    return {
+        'kind': np.array(kind), 'seed': np.array(seed),
+        'size': np.array([camera.width, camera.height]),
+        'k': camera.K.reshape(-1), 'd': np.asarray(camera.D, np.float64),
+        'counts': np.array([w[3] - w[2] for w in windows]),
+        'x_px': np.asarray(x[bounds[0]:bounds[-1]], np.float64),
+        'y_px': np.asarray(y[bounds[0]:bounds[-1]], np.float64),
+        'flow_px_s': np.stack([u, v], 1)[bounds[0]:bounds[-1]],
+        'weight': (np.ones(len(t_s)) if weight is None else weight)[bounds[0]:bounds[-1]],
+        't0_s': edges[:-1], 't1_s': edges[1:],
+        'v_m_s': np.array([w[4] for w in windows]),
+        'omega_rad_s': np.array([w[5] for w in windows]),
+        'ratio': np.array([w[6] for w in windows]),
+        'ttc_s': np.array([w[7] for w in windows]),
+        'gyro_t_s': gyro_t, 'gyro_rad_s': gyro_w, 'gyro_bias_rad_s': bias}
+
+
+def _event_depth(sequence, t_s, x, y):
+    """Depth [m] of the events behind flows (t_s, x, y): matched by time and pixel."""
+    events = sequence.events
+    key = (events.t_ns.astype(np.int64) * sequence.width + events.x) * sequence.height \
+        + events.y
+    order = np.argsort(key, kind='stable')
+    t_ns = np.rint(np.asarray(t_s) * 1e9).astype(np.int64)
+    query = (t_ns * sequence.width + np.asarray(x, np.int64)) * sequence.height \
+        + np.asarray(y, np.int64)
+    position = np.clip(np.searchsorted(key[order], query), 0, len(order) - 1)
+    found = key[order][position] == query
+    depth = sequence.depth_m[order][position].astype(np.float64)
+    return np.where(found, depth, np.nan)
 
 
 def _camera(data):
@@ -100,8 +180,10 @@ def run_sequence(data, mode, config, compiled=True):
         t0, t1 = float(data['t0_s'][i]), float(data['t1_s'][i])
         rate = gyro.mean(t0, t1) if gyro is not None else None
         flow = data['flow_px_s'][part]
+        weight = data['weight'][part] if 'weight' in data else None
         estimate = estimator.estimate(data['x_px'][part], data['y_px'][part], flow[:, 0],
-                                      flow[:, 1], omega_rad_s=rate, t_s=0.5 * (t0 + t1))
+                                      flow[:, 1], weight, omega_rad_s=rate,
+                                      t_s=0.5 * (t0 + t1))
         direction[i], omega[i] = estimate.direction, estimate.omega_rad_s
         reasons.append(getattr(estimate, 'undetermined', ''))
         truth = data['ttc_s'][i]
