@@ -58,7 +58,8 @@ from typing import Optional
 import numpy as np
 
 from veckm_flow_ros.core.camera import CameraModel
-from veckm_flow_ros.core.egomotion_checks import GyroBiasTracker, translation_ratio
+from veckm_flow_ros.core.egomotion_checks import (GyroBiasTracker, omega_covariance,
+                                                   translation_ratio)
 
 
 @dataclass
@@ -132,12 +133,18 @@ class EgomotionConfig:
     gyro_bias_windows: int = 5      # with a gyroscope: every this many windows (and the
     #                                 first) the joint least squares of omega and direction
     #                                 run too; where they fit the flows (the accuracy check
-    #                                 of rotation_start_residual) the gyroscope's mean
-    #                                 minus their omega measures its bias, and the median
-    #                                 of the last 9 is subtracted from the gyroscope; 0: the
+    #                                 of rotation_start_residual) the gyroscope's mean minus
+    #                                 their omega measures its bias, and a Kalman filter of a
+    #                                 constant bias (egomotion_checks.GyroBiasTracker) gives
+    #                                 the estimate subtracted from the gyroscope; 0: the
     #                                 gyroscope is trusted, 0..1000
-    max_gyro_bias_rad_s: float = 0.05  # bias measurements larger than this on any axis are
+    gyro_bias_prior_rad_s: float = 0.02  # the bias's standard deviation per axis before any
+    #                                 measurement [rad/s]; 0: the gyroscope is trusted, [0, 1]
+    max_gyro_bias_rad_s: float = 0.025  # bias measurements larger than this on any axis are
     #                                 rejected [rad/s], [0, 1]
+    gyro_bias_relative_error: float = 0.02  # relative error of the flows' omega added to
+    #                                 each measurement's covariance (the depth model's
+    #                                 misfit), [0, 1]
     cell_huber_scale: float = 2.0   # after each fit, a cell's flows weigh at most
     #                                 this times the median cell's weighted mean |residual|
     #                                 over its own (cells straddling a depth edge); 0: off,
@@ -183,7 +190,9 @@ class EgomotionConfig:
              'in [0, 1e6] s^2/rad^2')
         need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
         need(0 <= self.gyro_bias_windows <= 1000, 'gyro_bias_windows', 'in 0..1000')
+        need(0 <= self.gyro_bias_prior_rad_s <= 1, 'gyro_bias_prior_rad_s', 'in [0, 1] rad/s')
         need(0 <= self.max_gyro_bias_rad_s <= 1, 'max_gyro_bias_rad_s', 'in [0, 1] rad/s')
+        need(0 <= self.gyro_bias_relative_error <= 1, 'gyro_bias_relative_error', 'in [0, 1]')
         need(0 <= self.cell_huber_scale <= 100, 'cell_huber_scale', 'in [0, 100]')
         need(0 <= self.min_translation_ratio <= 1, 'min_translation_ratio', 'in [0, 1]')
         return self
@@ -501,6 +510,7 @@ class EgomotionEstimator:
         self._previous = None  # the last window's direction: one more start of the search
         self._warm_windows = 0  # windows in a row started from _previous (gyro mode)
         self._bias = GyroBiasTracker(self.config.gyro_bias_windows,
+                                     self.config.gyro_bias_prior_rad_s,
                                      self.config.max_gyro_bias_rad_s)
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
@@ -800,7 +810,10 @@ class EgomotionEstimator:
         weight, robust = window.weight.copy(), window.robust.copy()
         direction, omega, _ = self._solve_free(window, least_squares=True)
         if _finite(direction) and self._accurate(window, direction, omega):
-            self._bias.add(omega, gyro)
+            covariance = omega_covariance(
+                window.a, window.g, window.m, window.weight * window.robust, window.starts,
+                direction, omega, self.config.gyro_bias_relative_error)
+            self._bias.add(omega, gyro, covariance)
         else:
             self._bias.rejected += 1
         window.weight, window.robust = weight, robust

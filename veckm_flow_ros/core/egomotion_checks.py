@@ -20,7 +20,11 @@ GyroBiasTracker: a constant gyroscope bias moves the direction by about bias / (
 radians (0.5 deg/s at |v| / Z = 0.1 /s: 5 deg). The flows constrain the rotation too: where
 the joint least squares of rotation and direction fit the flows (the accuracy check of the
 solve without a gyroscope), the gyroscope's mean minus their omega is a measurement of the
-bias. The tracker keeps the last few and gives their per-axis median.
+bias, with the covariance of the fit (omega_covariance: the residual's variance times the
+inverse normal matrix of omega with the cell depths eliminated) plus a relative error of the
+fitted omega (the depth model's misfit, which the residual does not show as noise). The
+tracker is a Kalman filter for a constant bias: a zero-mean prior, each measurement weighed
+by its inverse covariance, measurements beyond GATE standard deviations rejected.
 
 translation_ratio: the translational normal flow the fit explains (cell depth times a . d per
 flow) over the rotational normal flow g . omega, medians over the window's flows. Where it is
@@ -31,7 +35,7 @@ direction ('rotation_dominated') rather than a confident wrong heading.
 Reasons an estimate has no direction (EgomotionEstimate.undetermined): see REASONS.
 """
 
-from collections import deque
+import math
 
 import numpy as np
 
@@ -48,49 +52,91 @@ class GyroBiasTracker:
     Online estimate of a gyroscope's constant bias [rad/s] (3,) in the camera frame.
 
     every_windows: a measurement is due on the first window and then every this many
-    windows (0: never); max_bias_rad_s: measurements larger than this are rejected (a
-    motion the flows mistook, not a bias); samples: how many recent measurements the
-    per-axis median takes.
+    windows (0: never); prior_rad_s: standard deviation of the bias before any measurement
+    (per axis); max_rad_s: measurements larger than this on any axis are rejected (a motion
+    the flows mistook, e.g. the two solutions of a plane filling the view, not a bias).
     """
 
-    def __init__(self, every_windows, max_bias_rad_s, samples=9):
+    GATE = 5.0  # standard deviations beyond which a measurement is rejected
+
+    def __init__(self, every_windows, prior_rad_s, max_rad_s=math.inf):
         self.every_windows = int(every_windows)
-        self.max_bias_rad_s = float(max_bias_rad_s)
-        self._samples = deque(maxlen=int(samples))
-        self._count = 0
+        self.prior_rad_s = float(prior_rad_s)
+        self.max_rad_s = float(max_rad_s)
         self.accepted = 0
         self.rejected = 0
+        self.reset()
 
     def reset(self):
         """Forget the measurements (a new gyroscope or a long gap)."""
-        self._samples.clear()
+        self._information = np.eye(3) / max(self.prior_rad_s, 1e-12) ** 2
+        self._vector = np.zeros(3)
         self._count = 0
 
     def due(self):
         """Whether this window should measure the bias (counts the windows)."""
-        if self.every_windows <= 0:
+        if self.every_windows <= 0 or self.prior_rad_s <= 0:
             return False
         due = self._count % self.every_windows == 0
         self._count += 1
         return due
 
-    def add(self, omega_flow_rad_s, omega_gyro_rad_s):
-        """Add a measurement (gyroscope's omega - flows'); returns whether it was kept."""
+    def add(self, omega_flow_rad_s, omega_gyro_rad_s, covariance):
+        """
+        Add the measurement gyro - flows with covariance (3, 3) [rad^2/s^2]; returns whether
+        it was kept (finite, within max_rad_s and within GATE standard deviations of the
+        current estimate).
+        """
         sample = np.asarray(omega_gyro_rad_s, np.float64) - omega_flow_rad_s
-        if not (np.all(np.isfinite(sample))
-                and float(np.max(np.abs(sample))) <= self.max_bias_rad_s):
+        covariance = np.asarray(covariance, np.float64)
+        if not (np.all(np.isfinite(sample)) and np.all(np.isfinite(covariance))):
             self.rejected += 1
             return False
-        self._samples.append(sample)
+        if not float(np.max(np.abs(sample))) <= self.max_rad_s:
+            self.rejected += 1
+            return False
+        difference = sample - self.bias_rad_s
+        total = covariance + np.linalg.inv(self._information)
+        if float(difference @ np.linalg.solve(total, difference)) > self.GATE ** 2:
+            self.rejected += 1
+            return False
+        information = np.linalg.inv(covariance)
+        self._information = self._information + information
+        self._vector = self._vector + information @ sample
         self.accepted += 1
         return True
 
     @property
     def bias_rad_s(self):
-        """Per-axis median of the kept measurements (zeros before the first)."""
-        if not self._samples:
-            return np.zeros(3)
-        return np.median(np.array(self._samples), axis=0)
+        """The current estimate (zeros before the first measurement)."""
+        return np.linalg.solve(self._information, self._vector)
+
+
+def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
+    """
+    Covariance (3, 3) of the joint least squares' omega at (direction, omega).
+
+    a, g (N, 3), m (N,), weight (N,) (fit weight times Huber weight), starts (C,) the cells'
+    first flows (flows sorted by cell): the normal matrix of omega with each cell's depth
+    eliminated, H = sum w g g^T - sum_c S_c S_c^T / sum_c w b^2 (S_c = sum_c w b g, b = a . d),
+    times the residual's variance per unit weight, plus (relative_error |omega|)^2 per axis.
+    """
+    b = a @ direction
+    r = m - g @ omega
+    wb = weight * b
+    s_bb = np.add.reduceat(wb * b, starts)
+    s_bg = np.add.reduceat(wb[:, None] * g, starts, axis=0)
+    s_br = np.add.reduceat(wb * r, starts)
+    safe = np.maximum(s_bb, 1e-300)
+    rho = np.maximum(s_br / safe, 0.0)
+    cell = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(m))))
+    residual = r - rho[cell] * b
+    variance = float(weight @ (residual * residual)) / max(len(m) - len(starts) - 6, 1) \
+        / max(float(np.mean(weight)), 1e-300)
+    normal = (weight[:, None] * g).T @ g - (s_bg / safe[:, None]).T @ s_bg
+    normal = normal / max(float(np.mean(weight)), 1e-300)
+    covariance = variance * np.linalg.pinv(normal)
+    return covariance + np.eye(3) * (relative_error * float(np.linalg.norm(omega))) ** 2
 
 
 def translation_ratio(residual, r, h):
