@@ -165,15 +165,19 @@ inline void huber_weights(
   huber_weights_below(residual, n, huber_limit(median(scratch), huber_scale), robust);
 }
 
+// Least cell factor (_MIN_CELL_FACTOR): weights stay positive.
+constexpr double kMinCellFactor = 1e-3;
+
 // The cell factors of _reweight (after a fit): robust (n,) of each cell's flows times
-// min(1, scale median_c(e_c) / e_c), e_c = sum w |residual| / sum w over the cell's flows
-// (cells start at starts (num_cells,), the last ends at n); scale 0: unchanged. scratch, errors:
-// room for num_cells values.
+// clip(scale median_c(e_c) / e_c, kMinCellFactor, 1), e_c = sum w |residual| / sum w over
+// the cell's flows (cells start at starts (num_cells,), the last ends at n), the factors
+// written to factors (n,) (all 1 with scale 0). scratch, errors: room for num_cells values.
 inline void cell_weights(
   const double * residual, const double * weight, const int64_t * starts, int64_t num_cells,
   int64_t n, double scale, std::vector<double> & scratch, std::vector<double> & errors,
-  double * robust)
+  double * robust, double * factors)
 {
+  std::fill(factors, factors + n, 1.0);
   if (!(scale > 0) || num_cells == 0) {
     return;
   }
@@ -190,10 +194,12 @@ inline void cell_weights(
   scratch.assign(errors.begin(), errors.end());
   const double limit = scale * median(scratch);
   for (int64_t c = 0; c < num_cells; ++c) {
-    const double factor = std::min(1.0, limit / std::max(errors[c], 1e-300));
+    const double factor = std::max(
+      kMinCellFactor, std::min(1.0, limit / std::max(errors[c], 1e-300)));
     const int64_t end = c + 1 < num_cells ? starts[c + 1] : n;
     for (int64_t i = starts[c]; i < end; ++i) {
       robust[i] *= factor;
+      factors[i] = factor;
     }
   }
 }

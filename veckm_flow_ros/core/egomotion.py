@@ -408,6 +408,8 @@ _DEPTH_FREE_LIMIT = 0.5
 # flows (in the order of the inverse time to contact): per region, a sum per block, then a
 # cumulative sum within one block (cost ~ regions x (flows / this + this)).
 _TTC_BLOCK = 64
+# Least cell factor of the Huber rounds (cell_huber_scale): weights stay positive.
+_MIN_CELL_FACTOR = 1e-3
 
 # The input dtypes the compiled input stage reads as they are (numpy's dtype.char, native
 # byte order): the others are converted to float64 first.
@@ -435,6 +437,7 @@ class _Window:
         self.validity = validity                  # (N,) input weight alone
         self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
         self.robust = np.ones_like(m)             # (N,) Huber weights
+        self.cell_factor = np.ones_like(m)        # (N,) the cell factors within robust
         self.cell = cell                          # (N,) depth cell index, sorted
         self.starts = starts                      # (C,) first flow of each cell
         self.num_cells = len(starts)
@@ -778,7 +781,7 @@ class EgomotionEstimator:
             direction, signed = self._sign_vote(window, r, h, window.weight * window.robust,
                                                 previous if warm else None)
             coarse_rounds = -1
-        robust = window.robust
+        robust, cell_factor = window.robust, window.cell_factor
         robust_iterations = config.robust_iterations
         if warm:
             robust_iterations = max(0, robust_iterations - _WARM_ROUNDS_LESS)
@@ -791,18 +794,19 @@ class EgomotionEstimator:
             # can put their global minimum elsewhere (e.g. the opposite direction). Their
             # global minimum replaces it where it agrees at least as well with the signs
             # (flows of exact magnitude: a sign start in a wrong basin).
-            local_robust = window.robust
-            window.robust = robust
+            local_robust, local_factor = window.robust, window.cell_factor
+            window.robust, window.cell_factor = robust, cell_factor
             other, other_stats, _ = self._fit_known(window, r, table, start_stats, None, 1,
                                                     config.robust_iterations, first)
             if other is None:
-                window.robust = local_robust
+                window.robust, window.cell_factor = local_robust, local_factor
             elif self._cost_sign(window.a, signed, other[None])[0] <= self._cost_sign(
                     window.a, signed, direction[None])[0] * (1.0 + config.sign_tolerance):
                 direction, stats = other, other_stats
             else:
-                window.robust = local_robust
+                window.robust, window.cell_factor = local_robust, local_factor
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
+        self._huber_only(window)
         return direction, omega.copy(), fit
 
     def _measure_bias(self, window, gyro):
@@ -977,6 +981,7 @@ class EgomotionEstimator:
         known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
+        self._huber_only(window)
         return direction, omega, fit
 
     def _solve_free_compiled(self, window, least_squares=False):
@@ -1076,6 +1081,7 @@ class EgomotionEstimator:
         gg += np.eye(3) * (1e-12 * np.trace(gg))
         omega = np.linalg.solve(gg, wg @ m)
         window.robust = np.ones_like(m)
+        window.cell_factor = np.ones_like(m)
         return omega
 
     @staticmethod
@@ -1225,13 +1231,22 @@ class EgomotionEstimator:
         size = np.abs(residual)
         limit = self.config.huber_scale * (1.4826 * _median(size) + 1e-12)
         window.robust = np.minimum(1.0, limit / np.maximum(size, 1e-300))
+        window.cell_factor = np.ones_like(size)
         scale = self.config.cell_huber_scale
         if cells and scale > 0:
             weight = window.weight
             sums = np.add.reduceat(np.stack([weight * size, weight]), window.starts, axis=1)
             error = sums[0] / np.maximum(sums[1], 1e-300)
-            factor = np.minimum(1.0, scale * _median(error) / np.maximum(error, 1e-300))
-            window.robust *= np.take(factor, window.cell)
+            factor = np.clip(scale * _median(error) / np.maximum(error, 1e-300),
+                             _MIN_CELL_FACTOR, 1.0)
+            window.cell_factor = np.take(factor, window.cell)
+            window.robust *= window.cell_factor
+
+    @staticmethod
+    def _huber_only(window):
+        """Leave the Huber weights without the cell factors (time to contact, inliers)."""
+        window.robust = window.robust / window.cell_factor
+        window.cell_factor = np.ones_like(window.robust)
 
     def _ttc(self, window, direction, omega):
         """Time to contact per region [s]: weighted median of per-flow estimates."""

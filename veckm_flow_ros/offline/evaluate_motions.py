@@ -174,6 +174,7 @@ def run_sequence(data, mode, config, compiled=True):
     direction = np.full((count, 3), np.nan)
     omega = np.full((count, 3), np.nan)
     ttc_error = np.full(count, np.nan)
+    min_ttc_error = np.full(count, np.nan)
     reasons = []
     for i in range(count):
         part = slice(bounds[i], bounds[i + 1])
@@ -192,7 +193,11 @@ def run_sequence(data, mode, config, compiled=True):
         relative = relative[np.isfinite(relative)]
         if len(relative):
             ttc_error[i] = np.median(relative)
-    return {'direction': direction, 'omega': omega, 'reason': reasons, 'ttc_error': ttc_error}
+        if np.isfinite(truth).any() and np.isfinite(estimate.min_ttc_s):
+            true_min = np.nanmin(truth)
+            min_ttc_error[i] = abs(estimate.min_ttc_s - true_min) / true_min
+    return {'direction': direction, 'omega': omega, 'reason': reasons, 'ttc_error': ttc_error,
+            'min_ttc_error': min_ttc_error}
 
 
 def kind_rows(datas, results, mode):
@@ -218,6 +223,9 @@ def kind_rows(datas, results, mode):
     row['omega_pct'] = float(100 * np.nanmedian(w_err / np.maximum(w_true, 1e-9)))
     ttc = np.concatenate([r['ttc_error'] for r in results])
     row['ttc_pct'] = float(100 * np.nanmedian(ttc)) if np.isfinite(ttc).any() else float('nan')
+    ttc = np.concatenate([r['min_ttc_error'] for r in results])
+    row['min_ttc_pct'] = float(100 * np.nanmedian(ttc)) if np.isfinite(ttc).any() else \
+        float('nan')
     return row
 
 
@@ -229,7 +237,7 @@ COLUMNS = (('windows', 'win', '{:.0f}'), ('ratio', 'ratio', '{:.2f}'),
            ('rotating_n', 'n<.1', '{:.0f}'), ('rotating_wrong', 'wrong', '{:.0f}'),
            ('rotating_reported', 'rep', '{:.0%}'),
            ('omega_deg_s', 'w deg/s', '{:.2f}'), ('omega_pct', 'w %', '{:.1f}'),
-           ('ttc_pct', 'ttc %', '{:.1f}'))
+           ('ttc_pct', 'ttc %', '{:.1f}'), ('min_ttc_pct', 'min ttc %', '{:.1f}'))
 
 
 def table(rows):
