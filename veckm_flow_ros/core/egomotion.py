@@ -130,7 +130,7 @@ class EgomotionConfig:
     #                                 check only when the fit ends > 5 deg from it), then one
     #                                 window is searched in full; 0: every window in full,
     #                                 0..1000
-    gyro_bias_windows: int = 5      # with a gyroscope: every this many windows (and the
+    gyro_bias_windows: int = 10     # with a gyroscope: every this many windows (and the
     #                                 first) the joint least squares of omega and direction
     #                                 run too; where they fit the flows (the accuracy check
     #                                 of rotation_start_residual) the gyroscope's mean minus
@@ -610,9 +610,9 @@ class EgomotionEstimator:
         result.undetermined = 'translation_unexplained'
         if fit < config.min_translation_fit or not _finite(direction):
             return result
-        residual, _ = self._cell_residual(window, direction, omega)
-        h = window.g @ omega
-        result.translation_ratio = translation_ratio(residual, window.m - h, h)
+        result.translation_ratio = translation_ratio(
+            window.a, window.g, window.m, window.weight * window.robust, window.starts,
+            window.cell, direction, omega)
         if result.translation_ratio < config.min_translation_ratio:
             result.undetermined = 'rotation_dominated'
             return result

@@ -139,14 +139,20 @@ def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
     return covariance + np.eye(3) * (relative_error * float(np.linalg.norm(omega))) ** 2
 
 
-def translation_ratio(residual, r, h):
+def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
     """
-    Median |explained translational flow| over median |rotational flow| (float).
+    Median |fitted translational flow| over median |rotational flow| (float).
 
-    residual (N,): the flows' residual after the cell-depth fit; r (N,): derotated flow
-    m - g . omega; h (N,): rotational flow g . omega (all normalized normal flow, 1/s).
+    a, g (N, 3), m (N,) normalized normal flow [1/s], weight (N,), starts (C,) the cells'
+    first flows, cell (N,) each flow's cell: the translational flow of a flow is its cell's
+    fitted inverse depth (clipped at 0) times a . d, the rotational flow g . omega.
     """
+    h = g @ omega
     rotational = float(np.median(np.abs(h))) if len(h) else 0.0
     if not rotational > 0:
         return float('inf')
-    return float(np.median(np.abs(r - residual))) / rotational
+    b = a @ direction
+    wb = weight * b
+    rho = np.add.reduceat(wb * (m - h), starts) / np.maximum(np.add.reduceat(wb * b, starts),
+                                                             1e-300)
+    return float(np.median(np.abs(np.maximum(rho, 0.0)[cell] * b))) / rotational
