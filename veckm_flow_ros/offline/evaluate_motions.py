@@ -24,6 +24,7 @@ the gyroscope the median angular-velocity error [deg/s and %]; on approaches the
 relative time-to-contact error per region.
 """
 
+import dataclasses
 import math
 import os
 import sys
@@ -43,7 +44,7 @@ def _angle_deg(a, b):
     return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
 
 
-def load_sequence(kind, seed, duration_s, flow, cache_dir=None):
+def load_sequence(kind, seed, duration_s, flow, cache_dir=None, window_s=0.03):
     """
     Windows of one sequence as arrays (dict), from cache_dir when there.
 
@@ -52,18 +53,19 @@ def load_sequence(kind, seed, duration_s, flow, cache_dir=None):
     """
     path = None
     if cache_dir:
-        path = os.path.join(cache_dir, f'{kind}-{seed}-{duration_s:g}-{flow}.npz')
+        window = '' if window_s == 0.03 else f'-{window_s * 1e3:g}ms'
+        path = os.path.join(cache_dir, f'{kind}-{seed}-{duration_s:g}-{flow}{window}.npz')
         if os.path.exists(path):
             with np.load(path) as data:
                 return {k: data[k] for k in data.files}
     if flow == 'model':
-        out = _model_sequence(kind, seed, duration_s)
+        out = _model_sequence(kind, seed, duration_s, window_s)
         if path:
             os.makedirs(cache_dir, exist_ok=True)
             np.savez_compressed(path, **out)
         return out
     scene, windows, (gyro_t, gyro_w, bias) = motion_suite.motion_sequence(
-        kind, seed, duration_s, flow=flow)
+        kind, seed, duration_s, window_s, flow=flow)
     camera = scene.camera
     out = {
         'kind': np.array(kind), 'seed': np.array(seed),
@@ -254,14 +256,41 @@ def table(rows):
     return '\n'.join(lines)
 
 
+def as_components(data):
+    """
+    The windows of a 'full' flow sequence with each flow given as two normal flows, (u, 0) and
+    (0, v) at its pixel: both components constrain the motion, where the full flow given as
+    one normal flow along itself keeps only its length.
+    """
+    data = dict(data)
+    flow = data['flow_px_s']
+    zero = np.zeros(len(flow))
+    data['x_px'] = np.repeat(data['x_px'], 2)
+    data['y_px'] = np.repeat(data['y_px'], 2)
+    data['flow_px_s'] = np.stack([np.stack([flow[:, 0], zero], 1),
+                                  np.stack([zero, flow[:, 1]], 1)], 1).reshape(-1, 2)
+    data['counts'] = 2 * data['counts']
+    return data
+
+
 def evaluate(split='tuning', count=4, kinds=motion_suite.MOTION_KINDS, duration_s=0.6,
              flow='normal', config=None, compiled=True, cache_dir=None, quiet=False):
-    """Run every kind of a split in both modes; returns [(kind, mode, row)] and per-seq data."""
+    """
+    Run every kind of a split in both modes; returns [(kind, mode, row)].
+
+    flow: 'normal', 'full' (the full flow as one normal flow along itself), 'components'
+    (the full flow as two normal flows, as_components; max_flows doubled) or 'model'.
+    """
     config = config or EgomotionConfig()
+    if flow == 'components':
+        config = dataclasses.replace(config, max_flows=2 * config.max_flows)
     rows = []
     for kind in kinds:
-        datas = [load_sequence(kind, seed, duration_s, flow, cache_dir)
+        datas = [load_sequence(kind, seed, duration_s, 'full' if flow == 'components' else flow,
+                               cache_dir, config.window_s)
                  for seed in motion_suite.split_seeds(split, count)]
+        if flow == 'components':
+            datas = [as_components(data) for data in datas]
         for mode in MODES:
             results = [run_sequence(d, mode, config, compiled) for d in datas]
             rows.append((kind, mode, kind_rows(datas, results, mode)))
