@@ -641,9 +641,11 @@ def test_evaluate_egomotion_approach_set_with_its_own_seeds(tmp_path, capsys):
 
 def post_window(camera, v_m_s, omega_rad_s, seed, count=3000):
     """
-    Exact normal flows [px/s] in front of posts: 40 px wide posts at 1.5 m every 100 px before
-    a wall at 6 m, half the flows within 3 px of a post's outline (where contrast, and so the
-    events, are), random normal directions. Returns x_px, y_px, u_px_s, v_px_s.
+    Exact normal flows [px/s] in front of posts.
+
+    40 px wide posts at 1.5 m every 100 px before a wall at 6 m, half the flows within 3 px of
+    a post's outline (where contrast, and so the events, are), random normal directions.
+    Returns x_px, y_px, u_px_s, v_px_s.
     """
     rng = np.random.default_rng(seed)
     left = np.arange(20, camera.width, 100)

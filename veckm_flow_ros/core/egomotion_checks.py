@@ -13,8 +13,9 @@
 # limitations under the License.
 
 """
-What the egomotion estimator checks around its solves: the gyroscope's bias and whether a
-window's translation can be told at all.
+What the egomotion estimator checks around its solves.
+
+The gyroscope's bias and whether a window's translation can be told at all.
 
 GyroBiasTracker: a constant gyroscope bias moves the direction by about bias / (|v| / Z)
 radians (0.5 deg/s at |v| / Z = 0.1 /s: 5 deg). The flows constrain the rotation too: where
@@ -52,12 +53,17 @@ class GyroBiasTracker:
     Online estimate of a gyroscope's constant bias [rad/s] (3,) in the camera frame.
 
     every_windows: a measurement is due on the first window and then every this many
-    windows (0: never); prior_rad_s: standard deviation of the bias before any measurement
+    windows (0: never); the interval doubles (up to BACK_OFF times) after each rejected
+    measurement and after each accepted one once the estimate's standard deviation is below
+    SETTLED_RAD_S (flows that never pass the accuracy check, or a settled bias, cost little),
+    and returns to every_windows after an accepted one before that; prior_rad_s: standard deviation of the bias before any measurement
     (per axis); max_rad_s: measurements larger than this on any axis are rejected (a motion
     the flows mistook, e.g. the two solutions of a plane filling the view, not a bias).
     """
 
     GATE = 5.0  # standard deviations beyond which a measurement is rejected
+    BACK_OFF = 8  # longest interval between measurements, in every_windows
+    SETTLED_RAD_S = 1e-3  # the estimate's standard deviation per axis that counts as settled
 
     def __init__(self, every_windows, prior_rad_s, max_rad_s=math.inf):
         self.every_windows = int(every_windows)
@@ -72,43 +78,54 @@ class GyroBiasTracker:
         self._information = np.eye(3) / max(self.prior_rad_s, 1e-12) ** 2
         self._vector = np.zeros(3)
         self._count = 0
+        self._interval = self.every_windows
 
     def due(self):
         """Whether this window should measure the bias (counts the windows)."""
         if self.every_windows <= 0 or self.prior_rad_s <= 0:
             return False
-        due = self._count % self.every_windows == 0
-        self._count += 1
+        due = self._count % self._interval == 0
+        self._count = 1 if due else self._count + 1
         return due
+
+    def _back_off(self, longer):
+        self._interval = min(2 * self._interval, self.BACK_OFF * self.every_windows) \
+            if longer else self.every_windows
 
     def add(self, omega_flow_rad_s, omega_gyro_rad_s, covariance):
         """
-        Add the measurement gyro - flows with covariance (3, 3) [rad^2/s^2]; returns whether
-        it was kept (finite, within max_rad_s and within GATE standard deviations of the
-        current estimate).
+        Add the measurement gyro - flows with covariance (3, 3) [rad^2/s^2].
+
+        Returns whether it was kept (finite, within max_rad_s and within GATE standard
+        deviations of the current estimate).
         """
         sample = np.asarray(omega_gyro_rad_s, np.float64) - omega_flow_rad_s
         covariance = np.asarray(covariance, np.float64)
         if not (np.all(np.isfinite(sample)) and np.all(np.isfinite(covariance))):
-            self.rejected += 1
-            return False
+            return self.reject()
         if not float(np.max(np.abs(sample))) <= self.max_rad_s:
-            self.rejected += 1
-            return False
+            return self.reject()
         difference = sample - self.bias_rad_s
         total = covariance + np.linalg.inv(self._information)
         if float(difference @ np.linalg.solve(total, difference)) > self.GATE ** 2:
-            self.rejected += 1
-            return False
+            return self.reject()
         information = np.linalg.inv(covariance)
         self._information = self._information + information
         self._vector = self._vector + information @ sample
         self.accepted += 1
+        variance = np.diag(np.linalg.inv(self._information))
+        self._back_off(float(np.sqrt(variance.max())) < self.SETTLED_RAD_S)
         return True
+
+    def reject(self):
+        """Count a rejected measurement (the flows not accurate, or out of the gates)."""
+        self.rejected += 1
+        self._back_off(True)
+        return False
 
     @property
     def bias_rad_s(self):
-        """The current estimate (zeros before the first measurement)."""
+        """Return the current estimate (zeros before the first measurement)."""
         return np.linalg.solve(self._information, self._vector)
 
 

@@ -212,9 +212,7 @@ def split_seeds(split, count):
 
 
 def gyro_samples(trajectory, duration_s, seed):
-    """
-    Gyroscope samples: t_s (G,), omega_rad_s (G, 3) with the constant bias and noise, bias (3,).
-    """
+    """Return gyroscope samples t_s (G,), omega_rad_s (G, 3) (bias and noise) and bias (3,)."""
     rng = np.random.default_rng([seed, 7])
     t_s = np.arange(int(duration_s * GYRO_RATE_HZ) + 1) / GYRO_RATE_HZ
     _, omega = trajectory.twist(t_s)

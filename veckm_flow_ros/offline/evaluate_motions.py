@@ -258,9 +258,10 @@ def table(rows):
 
 def as_components(data):
     """
-    The windows of a 'full' flow sequence with each flow given as two normal flows, (u, 0) and
-    (0, v) at its pixel: both components constrain the motion, where the full flow given as
-    one normal flow along itself keeps only its length.
+    Return a 'full' flow sequence's windows with each flow as two normal flows.
+
+    (u, 0) and (0, v) at its pixel: both components constrain the motion, where the full flow
+    given as one normal flow along itself keeps only its length.
     """
     data = dict(data)
     flow = data['flow_px_s']
