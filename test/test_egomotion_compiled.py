@@ -459,7 +459,7 @@ def arguments(count=50, cells=5):
     sphere /= np.linalg.norm(sphere, axis=1)[:, None]
     return [a_rows, g_rows, rng.normal(size=count), np.ones(count), np.ones(count), starts,
             rng.permutation(count).astype(np.int64), np.array([0.1, 0.2, 0.3]), sphere,
-            None, False, np.empty(count), (5, 2, 2.0, True, 1000, 0.2, 0.3, 0.3)]
+            None, False, np.empty(count), (5, 2, 2.0, True, 1000, 0.2, 0.3, 0.3, 2.0)]
 
 
 def test_compiled_solve_runs_on_valid_arguments():
@@ -487,12 +487,13 @@ def test_compiled_solve_runs_on_valid_arguments():
     (6, np.arange(50, dtype=np.int64) % 49, 'input_order must hold distinct non-negative '
      'positions, got 0 twice'),
     (6, np.arange(50, dtype=np.int64) - 1, 'got -1 (negative)'),
-    (12, (5, 2, 2.0, True, 0, 0.2, 0.3, 0.3), 'settings out of range'),
-    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.0), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 0, 0.2, 0.3, 0.3, 2.0), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.0, 2.0), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.3, -1.0), 'settings out of range'),
     (2, [1.0, 2.0], "m must be a C-contiguous float64 array, got <class 'list'>"),
 ], ids=['nan', 'inf', 'omega-nan', 'float32', 'int-dtype', 'shape', 'sphere-shape',
         'previous-shape', 'strided', 'read-only', 'starts-order', 'starts-first', 'starts-end',
-        'order-repeat', 'order-negative', 'sign-flows', 'step', 'list'])
+        'order-repeat', 'order-negative', 'sign-flows', 'step', 'cell-scale', 'list'])
 def test_compiled_solve_names_bad_arguments(index, value, message):
     args = arguments()
     args[index] = value
@@ -521,7 +522,7 @@ def free_arguments():
     """Return valid arguments of _egomotion.solve_free (the window of arguments())."""
     a_rows, g_rows, m, weight, _, starts, order, _, sphere, _, _, robust, _ = arguments()
     return [a_rows, g_rows, m, weight, starts, order, sphere, None, robust,
-            (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3)]
+            (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, 2.0)]
 
 
 def test_compiled_free_solve_runs_on_valid_arguments():
@@ -546,11 +547,14 @@ def test_compiled_free_solve_runs_on_valid_arguments():
      'non-negative positions, got 0 twice'),
     (7, np.array([0.0, np.inf, 1.0]), 'solve_free: previous must be finite, got inf'),
     (8, np.frombuffer(bytes(400)), 'solve_free: robust_out must be a writable C-contiguous'),
-    (9, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3), 'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3), 'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3), 'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3, 2.0), 'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3, 2.0), 'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3, 2.0),
+     'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, np.nan),
+     'solve_free: settings out of range'),
 ], ids=['nan', 'float32', 'shape', 'starts-order', 'order-repeat', 'previous-inf', 'read-only',
-        'sign-flows', 'prior-weight', 'residual-nan'])
+        'sign-flows', 'prior-weight', 'residual-nan', 'cell-scale'])
 def test_compiled_free_solve_names_bad_arguments(index, value, message):
     args = free_arguments()
     args[index] = value

@@ -331,3 +331,31 @@ def test_cli_bad_options_give_a_message(tmp_path, capsys, argv, message):
     assert main(['simulate', '--out', str(tmp_path / 'x.npz')] + argv) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / 'x.npz').exists()
+
+
+def test_motion_suite_windows_are_exact_normal_flows_with_their_ratio():
+    """The motion suite: normal flows are the exact flow projected on the gradient."""
+    from veckm_flow_ros.learning import motion_suite
+    for kind, low, high in (('panning', 0.0, 0.1), ('sideways', 0.25, math.inf)):
+        scene = motion_suite.make_motion_scene(kind, 1)  # odd seeds: 346 x 260
+        assert (scene.width, scene.height) == (346, 260)
+        windows = {}
+        for flow in ('normal', 'full'):
+            windows[flow] = motion_suite.window_flows(scene, 0.03, 0.06, np.random.default_rng(3),
+                                                      count=500, flow=flow)
+        normal, full = windows['normal'], windows['full']
+        np.testing.assert_array_equal(normal.x_px, full.x_px)
+        # (n . u) n: its dot product with the full flow u is its own squared length.
+        np.testing.assert_allclose(np.sum(normal.flow_px_s * full.flow_px_s, axis=1),
+                                   np.sum(normal.flow_px_s ** 2, axis=1), rtol=1e-9,
+                                   atol=1e-9)
+        assert low <= normal.ratio < high, (kind, normal.ratio)
+        v, omega = scene.trajectory.twist(0.045)
+        np.testing.assert_allclose(normal.v_m_s, v[0], atol=1e-9)
+        np.testing.assert_allclose(normal.omega_rad_s, omega[0], atol=1e-9)
+    t_s, rates, bias = motion_suite.gyro_samples(scene.trajectory, 0.1, 1)
+    np.testing.assert_allclose(np.abs(bias), motion_suite.GYRO_BIAS_RAD_S)
+    assert len(t_s) == 101 and rates.shape == (101, 3)
+    assert abs(np.mean(rates - scene.trajectory.twist(t_s)[1], axis=0) - bias).max() < 0.002
+    with pytest.raises(ValueError, match="unknown motion kind 'hover'"):
+        motion_suite.make_motion_scene('hover', 0)

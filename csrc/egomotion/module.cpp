@@ -241,7 +241,7 @@ const char kSolveGyroDoc[] =
   "distinct positions in the input; omega (3,) rad/s; half_sphere (H, 3) the coarse grid;\n"
   "previous (3,) or None; warm: bool; robust_out (N,) float64, written with the final Huber\n"
   "weights; settings: (refine_steps, robust_iterations, huber_scale, sign_start, sign_flows,\n"
-  "sign_tolerance, rotation_error, coarse_step_rad). Raises ValueError naming a bad argument.";
+  "sign_tolerance, rotation_error, coarse_step_rad, cell_huber_scale). Raises ValueError naming a bad argument.";
 
 PyObject * solve_gyro(PyObject *, PyObject * args)
 {
@@ -250,11 +250,11 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
   int sign_start = 0, warm = 0;
   long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
   if (!PyArg_ParseTuple(
-      args, "OOOOOOOOOOpO(iidpLddd):solve_gyro", &objects[0], &objects[1], &objects[2],
+      args, "OOOOOOOOOOpO(iidpLdddd):solve_gyro", &objects[0], &objects[1], &objects[2],
       &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
       &objects[9], &warm, &objects[11], &settings.refine_steps, &settings.robust_iterations,
       &settings.huber_scale, &sign_start, &sign_flows, &settings.sign_tolerance,
-      &settings.rotation_error, &settings.coarse_step_rad))
+      &settings.rotation_error, &settings.coarse_step_rad, &settings.cell_huber_scale))
   {
     return nullptr;
   }
@@ -264,12 +264,13 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
     settings.robust_iterations >= 0 && settings.robust_iterations <= 10 &&
     settings.huber_scale > 0 && settings.sign_flows >= 1 && settings.sign_tolerance >= 0 &&
     std::isfinite(settings.sign_tolerance) && std::isfinite(settings.rotation_error) &&
-    settings.coarse_step_rad > 0 && std::isfinite(settings.coarse_step_rad)))
+    settings.coarse_step_rad > 0 && std::isfinite(settings.coarse_step_rad) &&
+    settings.cell_huber_scale >= 0 && std::isfinite(settings.cell_huber_scale)))
   {
     PyErr_Format(
       PyExc_ValueError, "solve_gyro: settings out of range (refine_steps 0..20, "
       "robust_iterations 0..10, huber_scale > 0, sign_flows >= 1, finite sign_tolerance >= 0 "
-      "and rotation_error, coarse_step_rad > 0), got %R", PyTuple_GET_ITEM(args, 12));
+      "and rotation_error, coarse_step_rad > 0, finite cell_huber_scale >= 0), got %R", PyTuple_GET_ITEM(args, 12));
     return nullptr;
   }
   PyObject * const window_objects[9] = {objects[0], objects[1], objects[2], objects[3],
@@ -305,8 +306,8 @@ const char kSolveFreeDoc[] =
   "The solve without a gyroscope of EgomotionEstimator (egomotion.py's _solve_free) for one\n"
   "window sorted by depth cell; the arrays as for solve_gyro, omega in rad/s; settings:\n"
   "(refine_steps, robust_iterations, huber_scale, sign_flows, rotation_error, rotation_start,\n"
-  "rotation_start_residual, rotation_prior_weight, coarse_step_rad). Raises ValueError\n"
-  "naming a bad argument.";
+  "rotation_start_residual, rotation_prior_weight, coarse_step_rad, cell_huber_scale). Raises\n"
+  "ValueError naming a bad argument.";
 
 PyObject * solve_free(PyObject *, PyObject * args)
 {
@@ -315,11 +316,11 @@ PyObject * solve_free(PyObject *, PyObject * args)
   int rotation_start = 0;
   long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
   if (!PyArg_ParseTuple(
-      args, "OOOOOOOOO(iidLdpddd):solve_free", &objects[0], &objects[1], &objects[2],
+      args, "OOOOOOOOO(iidLdpdddd):solve_free", &objects[0], &objects[1], &objects[2],
       &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
       &settings.refine_steps, &settings.robust_iterations, &settings.huber_scale, &sign_flows,
       &settings.rotation_error, &rotation_start, &settings.rotation_start_residual,
-      &settings.rotation_prior_weight, &settings.coarse_step_rad))
+      &settings.rotation_prior_weight, &settings.coarse_step_rad, &settings.cell_huber_scale))
   {
     return nullptr;
   }
@@ -331,13 +332,14 @@ PyObject * solve_free(PyObject *, PyObject * args)
     std::isfinite(settings.rotation_error) && settings.rotation_start_residual >= 0 &&
     std::isfinite(settings.rotation_start_residual) && settings.rotation_prior_weight >= 0 &&
     std::isfinite(settings.rotation_prior_weight) && settings.coarse_step_rad > 0 &&
-    std::isfinite(settings.coarse_step_rad)))
+    std::isfinite(settings.coarse_step_rad) && settings.cell_huber_scale >= 0 &&
+    std::isfinite(settings.cell_huber_scale)))
   {
     PyErr_Format(
       PyExc_ValueError, "solve_free: settings out of range (refine_steps 0..20, "
       "robust_iterations 0..10, huber_scale > 0, sign_flows >= 1, finite rotation_error, "
-      "finite rotation_start_residual and rotation_prior_weight >= 0, coarse_step_rad > 0), "
-      "got %R", PyTuple_GET_ITEM(args, 9));
+      "finite rotation_start_residual and rotation_prior_weight >= 0, coarse_step_rad > 0, "
+      "finite cell_huber_scale >= 0), got %R", PyTuple_GET_ITEM(args, 9));
     return nullptr;
   }
   WindowArrays arrays;

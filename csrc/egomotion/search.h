@@ -165,6 +165,45 @@ inline void huber_weights(
   huber_weights_below(residual, n, huber_limit(median(scratch), huber_scale), robust);
 }
 
+// Least cell factor (_MIN_CELL_FACTOR): weights stay positive.
+constexpr double kMinCellFactor = 1e-3;
+
+// The cell factors of _reweight (after a fit): robust (n,) of each cell's flows times
+// clip(scale median_c(e_c) / e_c, kMinCellFactor, 1), e_c = sum w |residual| / sum w over
+// the cell's flows (cells start at starts (num_cells,), the last ends at n), the factors
+// written to factors (n,) (all 1 with scale 0). scratch, errors: room for num_cells values.
+inline void cell_weights(
+  const double * residual, const double * weight, const int64_t * starts, int64_t num_cells,
+  int64_t n, double scale, std::vector<double> & scratch, std::vector<double> & errors,
+  double * robust, double * factors)
+{
+  std::fill(factors, factors + n, 1.0);
+  if (!(scale > 0) || num_cells == 0) {
+    return;
+  }
+  errors.resize(num_cells);
+  for (int64_t c = 0; c < num_cells; ++c) {
+    const int64_t end = c + 1 < num_cells ? starts[c + 1] : n;
+    double weighted = 0.0, total = 0.0;
+    for (int64_t i = starts[c]; i < end; ++i) {
+      weighted += weight[i] * std::abs(residual[i]);
+      total += weight[i];
+    }
+    errors[c] = weighted / std::max(total, 1e-300);
+  }
+  scratch.assign(errors.begin(), errors.end());
+  const double limit = scale * median(scratch);
+  for (int64_t c = 0; c < num_cells; ++c) {
+    const double factor = std::max(
+      kMinCellFactor, std::min(1.0, limit / std::max(errors[c], 1e-300)));
+    const int64_t end = c + 1 < num_cells ? starts[c + 1] : n;
+    for (int64_t i = starts[c]; i < end; ++i) {
+      robust[i] *= factor;
+      factors[i] = factor;
+    }
+  }
+}
+
 // Per-cell weighted sums of a a^T (6 values, mixed products twice), a r (3) and the total of
 // r^2 (_cell_stats_known).
 struct CellStats

@@ -282,7 +282,8 @@ public:
   : w_(window), grid_{half_sphere, num_half, previous, settings.coarse_step_rad,
       settings.refine_steps},
     flows_{window.a_rows, window.starts, window.num_cells, window.count}, s_(settings),
-    n_(window.count), robust_(n_, 1.0), fit_weight_(n_), r_(n_), residual_(n_), b_(n_) {}
+    n_(window.count), robust_(n_, 1.0), fit_weight_(n_), r_(n_), residual_(n_), b_(n_),
+    factors_(n_, 1.0) {}
 
   void solve(double direction_out[3], double omega_out[3], double * fit_out)
   {
@@ -333,7 +334,13 @@ public:
     std::copy(fitted.omega.begin(), fitted.omega.end(), omega_out);
   }
 
-  const std::vector<double> & robust() const {return robust_;}
+  // The final Huber weights without the cell factors (time to contact, inliers).
+  void huber_only(double * robust) const
+  {
+    for (int64_t i = 0; i < n_; ++i) {
+      robust[i] = robust_[i] / factors_[i];
+    }
+  }
 
 private:
   // A fit's direction, omega and the last round's cell sums of a a^T and a r (r_ holds the
@@ -347,6 +354,7 @@ private:
   void reweight(const double * residual)
   {
     huber_weights(residual, n_, s_.huber_scale, scratch_, robust_.data());
+    std::fill(factors_.begin(), factors_.end(), 1.0);
   }
 
   // reweight(w_.m), its median known
@@ -354,6 +362,7 @@ private:
   {
     huber_weights_below(
       w_.m, n_, huber_limit(median_magnitude_, s_.huber_scale), robust_.data());
+    std::fill(factors_.begin(), factors_.end(), 1.0);
   }
 
   void fit_weights()
@@ -485,6 +494,8 @@ private:
         cell_residual(flows_, stats.aa.data(), fit.ar.data(), r_.data(), direction,
           residual_.data());
         reweight(residual_.data());
+        cell_weights(residual_.data(), w_.weight, w_.starts, w_.num_cells, n_,
+          s_.cell_huber_scale, scratch_, errors_, robust_.data(), factors_.data());
       }
     }
     fit.direction = direction;
@@ -560,7 +571,7 @@ private:
   double limit_ = 0.0, median_magnitude_ = 0.0;
   FreeStats first_;
   bool have_first_ = false;
-  std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_;
+  std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_, errors_, factors_;
 };
 
 }  // namespace
@@ -572,7 +583,7 @@ void solve_free(
 {
   FreeSolver solver(window, half_sphere, num_half, previous, settings);
   solver.solve(direction, omega, fit);
-  std::copy(solver.robust().begin(), solver.robust().end(), robust);
+  solver.huber_only(robust);
 }
 
 }  // namespace veckm_egomotion

@@ -45,7 +45,7 @@ public:
       settings.refine_steps},
     flows_{window.a_rows, window.starts, window.num_cells, window.count}, s_(settings),
     n_(window.count), r_(n_), h_(n_), weight_(n_), robust_(n_, 1.0), residual_(n_),
-    fit_weight_(n_) {}
+    fit_weight_(n_), factors_(n_, 1.0) {}
 
   void solve(const double omega[3], bool warm, double direction_out[3], double * fit_out)
   {
@@ -75,7 +75,7 @@ public:
       have_direction = true;
       coarse_rounds = -1;
     }
-    const std::vector<double> robust = robust_;
+    const std::vector<double> robust = robust_, factors = factors_;
     const int robust_iterations = warm ? std::max(0, s_.robust_iterations - kWarmRoundsLess) :
       s_.robust_iterations;
     CellStats stats;
@@ -88,8 +88,9 @@ public:
     } else if (s_.sign_start) {
       // The least squares' global minimum replaces the sign start where it agrees at least
       // about as well with the signs (a sign start in a wrong basin).
-      std::vector<double> local_robust = robust_;
+      std::vector<double> local_robust = robust_, local_factors = factors_;
       robust_ = robust;
+      factors_ = factors;
       Vec3 other{}, other_first{};
       CellStats other_stats;
       if (!fit_known(
@@ -97,11 +98,13 @@ public:
           other_first))
       {
         robust_.swap(local_robust);
+        factors_.swap(local_factors);
       } else if (sign_cost_all(other) <= sign_cost_all(direction) * (1.0 + s_.sign_tolerance)) {
         direction = other;
         stats = std::move(other_stats);
       } else {
         robust_.swap(local_robust);
+        factors_.swap(local_factors);
       }
     }
     double cost;
@@ -111,12 +114,19 @@ public:
     std::copy(direction.begin(), direction.end(), direction_out);
   }
 
-  const std::vector<double> & robust() const {return robust_;}
+  // The final Huber weights without the cell factors (time to contact, inliers).
+  void huber_only(double * robust) const
+  {
+    for (int64_t i = 0; i < n_; ++i) {
+      robust[i] = robust_[i] / factors_[i];
+    }
+  }
 
 private:
   void reweight(const std::vector<double> & residual)
   {
     huber_weights(residual.data(), n_, s_.huber_scale, scratch_, robust_.data());
+    std::fill(factors_.begin(), factors_.end(), 1.0);
   }
 
   // The fit's weights: weight times the Huber weights.
@@ -174,6 +184,8 @@ private:
         cell_residual(flows_, stats.aa.data(), stats.ar.data(), r_.data(), current,
           residual_.data());
         reweight(residual_);
+        cell_weights(residual_.data(), weight_.data(), w_.starts, w_.num_cells, n_,
+          s_.cell_huber_scale, scratch_, errors_, robust_.data(), factors_.data());
       }
     }
     direction = current;
@@ -186,6 +198,7 @@ private:
   const GyroSettings & s_;
   int64_t n_;
   std::vector<double> r_, h_, weight_, robust_, residual_, fit_weight_, scratch_, signed_;
+  std::vector<double> errors_, factors_;
 };
 
 }  // namespace
@@ -197,7 +210,7 @@ void solve_gyro(
 {
   Solver solver(window, half_sphere, num_half, previous, settings);
   solver.solve(omega, warm, direction, fit);
-  std::copy(solver.robust().begin(), solver.robust().end(), robust);
+  solver.huber_only(robust);
 }
 
 }  // namespace veckm_egomotion

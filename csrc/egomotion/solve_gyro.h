@@ -36,6 +36,7 @@ struct GyroSettings {
   double sign_tolerance;
   double rotation_error;
   double coarse_step_rad;  // the sphere grid's spacing, sqrt(4 pi / sphere_directions)
+  double cell_huber_scale;  // the cell factors of the Huber rounds (cell_weights); 0: off
 };
 
 // The solve of one window. omega (3,) the gyroscope's rate [rad/s, camera frame];

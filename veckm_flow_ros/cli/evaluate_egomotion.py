@@ -74,6 +74,16 @@ def register(subparsers):
                              'flow cost)')
     parser.add_argument('--cache-dir', default=None, metavar='DIR',
                         help='keep simulated sequences here and reuse them on later runs')
+    parser.add_argument('--motions', default=None, choices=('tuning', 'heldout'),
+                        help='instead: the motion suite (learning/motion_suite.py: corridor, '
+                        'sideways, panning, approach, drone, turning; --count sequences per '
+                        'kind of this split), per kind and translational/rotational ratio')
+    parser.add_argument('--motion-flow', default='normal',
+                        choices=('normal', 'full', 'components', 'model'),
+                        help='with --motions: exact normal flow at the image gradient, the '
+                        'full flow as one normal flow along itself, the full flow as two '
+                        'normal flows (its x and y components), or the flow model on '
+                        'simulated events (slow)')
     parser.add_argument('--quiet', action='store_true', help='no progress output')
 
 
@@ -94,6 +104,13 @@ def run(args) -> int:
     from veckm_flow_ros.learning.simulate3d import heldout_3d_specs
     config = EgomotionConfig(window_s=args.window_ms * 1e-3, ttc_grid=tuple(args.ttc_grid),
                              ttc_neighbour_weight=args.ttc_neighbour_weight).check()
+    if args.motions:
+        from veckm_flow_ros.offline import evaluate_motions
+        rows = evaluate_motions.evaluate(args.motions, args.count, duration_s=args.duration,
+                                         flow=args.motion_flow, config=config,
+                                         cache_dir=args.cache_dir, quiet=args.quiet)
+        print(evaluate_motions.table(rows))
+        return 0
     results = evaluation.evaluate_specs(
         heldout_3d_specs(args.count, args.trajectories), args.duration, config,
         flow=args.flow, model=args.model, stride=args.stride, confidence=args.confidence,

@@ -50,14 +50,16 @@ evaluation all call estimate() per window. GyroBuffer averages gyroscope samples
 window (bounded memory).
 """
 
-import bisect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 import math
 from typing import Optional
 
 import numpy as np
 
 from veckm_flow_ros.core.camera import CameraModel
+from veckm_flow_ros.core.egomotion_checks import (
+    GyroBiasTracker, omega_covariance, translation_ratio)
+from veckm_flow_ros.core.egomotion_gyro import GyroBuffer  # noqa: F401 - part of the API
 from veckm_flow_ros.core.pixel_map import build_pixel_map
 
 
@@ -129,6 +131,29 @@ class EgomotionConfig:
     #                                 check only when the fit ends > 5 deg from it), then one
     #                                 window is searched in full; 0: every window in full,
     #                                 0..1000
+    gyro_bias_windows: int = 10     # with a gyroscope: every this many windows (and the
+    #                                 first) the joint least squares of omega and direction
+    #                                 run too; where they fit the flows (the accuracy check
+    #                                 of rotation_start_residual) the gyroscope's mean minus
+    #                                 their omega measures its bias, and a Kalman filter of a
+    #                                 constant bias (egomotion_checks.GyroBiasTracker) gives
+    #                                 the estimate subtracted from the gyroscope; 0: the
+    #                                 gyroscope is trusted, 0..1000
+    gyro_bias_prior_rad_s: float = 0.02  # the bias's standard deviation per axis before any
+    #                                 measurement [rad/s]; 0: the gyroscope is trusted, [0, 1]
+    max_gyro_bias_rad_s: float = 0.025  # bias measurements larger than this on any axis are
+    #                                 rejected [rad/s], [0, 1]
+    gyro_bias_relative_error: float = 0.02  # relative error of the flows' omega added to
+    #                                 each measurement's covariance (the depth model's
+    #                                 misfit), [0, 1]
+    cell_huber_scale: float = 2.0   # after each fit, a cell's flows weigh at most
+    #                                 this times the median cell's weighted mean |residual|
+    #                                 over its own (cells straddling a depth edge); 0: off,
+    #                                 [0, 100]
+    min_translation_ratio: float = 0.05  # the fitted translational normal flow below this
+    #                                 share of the rotational (medians over the flows) ->
+    #                                 direction NaN, undetermined 'rotation_dominated'; 0:
+    #                                 off, [0, 1]
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -165,6 +190,12 @@ class EgomotionConfig:
         need(0 <= self.rotation_prior_weight <= 1e6, 'rotation_prior_weight',
              'in [0, 1e6] s^2/rad^2')
         need(0 <= self.warm_start_windows <= 1000, 'warm_start_windows', 'in 0..1000')
+        need(0 <= self.gyro_bias_windows <= 1000, 'gyro_bias_windows', 'in 0..1000')
+        need(0 <= self.gyro_bias_prior_rad_s <= 1, 'gyro_bias_prior_rad_s', 'in [0, 1] rad/s')
+        need(0 <= self.max_gyro_bias_rad_s <= 1, 'max_gyro_bias_rad_s', 'in [0, 1] rad/s')
+        need(0 <= self.gyro_bias_relative_error <= 1, 'gyro_bias_relative_error', 'in [0, 1]')
+        need(0 <= self.cell_huber_scale <= 100, 'cell_huber_scale', 'in [0, 100]')
+        need(0 <= self.min_translation_ratio <= 1, 'min_translation_ratio', 'in [0, 1]')
         return self
 
     @classmethod
@@ -182,7 +213,10 @@ class EgomotionEstimate:
     frame (from the gyroscope when omega_from_gyro); direction (3,) unit translation direction
     of the camera; foe_px (2,) focus of expansion in pixels (valid when |direction_z| >=
     min_forward); ttc_grid_s (rows, cols) float32 time to contact [s] per image region;
-    min_ttc_s its minimum; inlier_fraction: share of used flows within the Huber threshold.
+    min_ttc_s its minimum; inlier_fraction: share of used flows within the Huber threshold;
+    undetermined: why direction is NaN (a key of egomotion_checks.REASONS), '' when it is
+    not; translation_ratio: fitted translational over rotational normal flow (medians);
+    gyro_bias_rad_s (3,): the bias estimate subtracted from the gyroscope (zeros without).
     """
 
     t_s: float
@@ -196,6 +230,9 @@ class EgomotionEstimate:
     min_ttc_s: float
     inlier_fraction: float
     translation_fit: float = float('nan')  # explained share of the derotated flow, [0, 1]
+    undetermined: str = ''
+    translation_ratio: float = float('nan')
+    gyro_bias_rad_s: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
 
 def fibonacci_sphere(count: int) -> np.ndarray:
@@ -372,6 +409,8 @@ _DEPTH_FREE_LIMIT = 0.5
 # flows (in the order of the inverse time to contact): per region, a sum per block, then a
 # cumulative sum within one block (cost ~ regions x (flows / this + this)).
 _TTC_BLOCK = 64
+# Least cell factor of the Huber rounds (cell_huber_scale): weights stay positive.
+_MIN_CELL_FACTOR = 1e-3
 
 # The input dtypes the compiled input stage reads as they are (numpy's dtype.char, native
 # byte order): the others are converted to float64 first.
@@ -399,6 +438,7 @@ class _Window:
         self.validity = validity                  # (N,) input weight alone
         self.slow = slow                          # (N,) s^2 / (s^2 + slow_flow_px_s^2)
         self.robust = np.ones_like(m)             # (N,) Huber weights
+        self.cell_factor = np.ones_like(m)        # (N,) the cell factors within robust
         self.cell = cell                          # (N,) depth cell index, sorted
         self.starts = starts                      # (C,) first flow of each cell
         self.num_cells = len(starts)
@@ -473,6 +513,9 @@ class EgomotionEstimator:
         self._half_sphere = sphere[sphere[:, 2] >= 0]
         self._previous = None  # the last window's direction: one more start of the search
         self._warm_windows = 0  # windows in a row started from _previous (gyro mode)
+        self._bias = GyroBiasTracker(self.config.gyro_bias_windows,
+                                     self.config.gyro_bias_prior_rad_s,
+                                     self.config.max_gyro_bias_rad_s)
         step = math.sqrt(4 * math.pi / self.config.sphere_directions)
         self._coarse_step_rad = step
         # The precomputed per-pixel maps: undistorted normalized coordinates and M^T of
@@ -513,6 +556,7 @@ class EgomotionEstimator:
         """Forget the previous window's direction (after a time jump or a new camera)."""
         self._previous = None
         self._warm_windows = 0
+        self._bias.reset()
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
                  t_s=0.0) -> EgomotionEstimate:
@@ -536,18 +580,30 @@ class EgomotionEstimator:
                 gyro = None
         window = self._prepare(x_px, y_px, u_px_s, v_px_s, weight)
         result = self._empty(t_s, 0 if window is None else len(window), gyro)
+        result.undetermined = 'too_few_flows'
         if window is None or len(window) < config.min_flows:
             return result
         if gyro is not None:
-            direction, omega, fit = self._solve_gyro(window, gyro)
+            if self._bias.due():
+                self._measure_bias(window, gyro)
+            result.gyro_bias_rad_s = self._bias.bias_rad_s
+            direction, omega, fit = self._solve_gyro(window, gyro - result.gyro_bias_rad_s)
         else:
             direction, omega, fit = self._solve_free(window)
         result.omega_rad_s = omega
         result.translation_fit = fit
         self._previous = direction if fit >= config.min_translation_fit else None
         result.inlier_fraction = np.count_nonzero(window.robust >= 1.0) / len(window)
+        result.undetermined = 'translation_unexplained'
         if fit < config.min_translation_fit or not _finite(direction):
             return result
+        result.translation_ratio = translation_ratio(
+            window.a, window.g, window.m, window.weight * window.robust, window.starts,
+            window.cell, direction, omega)
+        if result.translation_ratio < config.min_translation_ratio:
+            result.undetermined = 'rotation_dominated'
+            return result
+        result.undetermined = ''
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:
             fx, fy = self.camera.project(direction[0] / direction[2],
@@ -712,7 +768,7 @@ class EgomotionEstimator:
             direction, signed = self._sign_vote(window, r, h, window.weight * window.robust,
                                                 previous if warm else None)
             coarse_rounds = -1
-        robust = window.robust
+        robust, cell_factor = window.robust, window.cell_factor
         robust_iterations = config.robust_iterations
         if warm:
             robust_iterations = max(0, robust_iterations - _WARM_ROUNDS_LESS)
@@ -725,19 +781,48 @@ class EgomotionEstimator:
             # can put their global minimum elsewhere (e.g. the opposite direction). Their
             # global minimum replaces it where it agrees at least as well with the signs
             # (flows of exact magnitude: a sign start in a wrong basin).
-            local_robust = window.robust
-            window.robust = robust
+            local_robust, local_factor = window.robust, window.cell_factor
+            window.robust, window.cell_factor = robust, cell_factor
             other, other_stats, _ = self._fit_known(window, r, table, start_stats, None, 1,
                                                     config.robust_iterations, first)
             if other is None:
-                window.robust = local_robust
+                window.robust, window.cell_factor = local_robust, local_factor
             elif self._cost_sign(window.a, signed, other[None])[0] <= self._cost_sign(
                     window.a, signed, direction[None])[0] * (1.0 + config.sign_tolerance):
                 direction, stats = other, other_stats
             else:
-                window.robust = local_robust
+                window.robust, window.cell_factor = local_robust, local_factor
         fit = 1.0 - float(self._cost_known(stats, direction[None])[0]) / max(stats[2], 1e-300)
+        self._huber_only(window)
         return direction, omega.copy(), fit
+
+    def _measure_bias(self, window, gyro):
+        """One bias measurement from the joint least squares where they fit (GyroBiasTracker)."""
+        weight, robust = window.weight.copy(), window.robust.copy()
+        direction, omega, _ = self._solve_free(window, least_squares=True)
+        if _finite(direction) and self._accurate(window, direction, omega):
+            covariance = omega_covariance(
+                window.a, window.g, window.m, window.weight * window.robust, window.starts,
+                direction, omega, self.config.gyro_bias_relative_error)
+            self._bias.add(omega, gyro, covariance)
+        else:
+            self._bias.reject()
+        window.weight, window.robust = weight, robust
+
+    def _accurate(self, window, direction, omega):
+        """
+        Whether the flows are accurate at (direction, omega).
+
+        The median |residual| (cell depths fitted) below rotation_start_residual of the median
+        |flow|, or half of it on the tenth of the flows with the smallest |a . d| (free of the
+        depth model's misfit).
+        """
+        limit = self.config.rotation_start_residual * _median(np.abs(window.m))
+        residual, b = self._cell_residual(window, direction, omega)
+        if _median(np.abs(residual)) < limit:
+            return True
+        flat = np.abs(b) <= np.quantile(np.abs(b), _DEPTH_FREE_SHARE)
+        return _median(np.abs(residual[flat])) < _DEPTH_FREE_LIMIT * limit
 
     def _solve_gyro_compiled(self, window, omega):
         """Solve as _solve_gyro in one call of the compiled extension (same algorithm)."""
@@ -752,7 +837,7 @@ class EgomotionEstimator:
             window.input_order, omega, self._half_sphere, previous, warm, robust,
             (config.refine_steps, config.robust_iterations, config.huber_scale,
              bool(config.sign_start), config.sign_flows, config.sign_tolerance,
-             config.rotation_error, self._coarse_step_rad))
+             config.rotation_error, self._coarse_step_rad, config.cell_huber_scale))
         window.robust = robust
         return np.array(direction), omega.copy(), fit
 
@@ -806,7 +891,7 @@ class EgomotionEstimator:
                         math.cos(math.radians(_SAME_BASIN_DEG)):
                     return None, None, None
             if iteration < last:
-                self._reweight(window, r, self._cell_fit(window, r, stats, direction))
+                self._reweight(window, r, self._cell_fit(window, r, stats, direction), True)
         return direction, stats, first
 
     @staticmethod
@@ -843,7 +928,7 @@ class EgomotionEstimator:
 
     # ---- without a gyroscope --------------------------------------------------------------
 
-    def _solve_free(self, window):
+    def _solve_free(self, window, least_squares=False):
         """
         Direction and omega together: cell depths and omega by least squares per direction.
 
@@ -852,14 +937,14 @@ class EgomotionEstimator:
         omega is pulled towards the rotation-only fit (rotation_prior_weight).
         """
         if self._compiled_free is not None:
-            return self._solve_free_compiled(window)
+            return self._solve_free_compiled(window, least_squares)
         config = self.config
         a, g, m = window.a_rows, window.g, window.m
         # Per flow a a^T, a m and g a^T (9 values, row-major): the cell sums of the fit.
         table = np.concatenate([window.aa_rows, a * m,
                                 (window.g_rows[:, None] * a[None]).reshape(9, len(m))])
         fitted = None
-        if not config.rotation_start:
+        if least_squares or not config.rotation_start:
             fitted = self._fit_free(window, table)
         else:
             # The joint least squares serve where the flows are accurate enough: after one
@@ -874,15 +959,8 @@ class EgomotionEstimator:
             # flow (the tenth with the smallest |a . d|) does not depend on the depths: where
             # the depth varies inside the cells (the depth model's misfit, not the flows'),
             # those flows still show that the flows are accurate.
-            limit = config.rotation_start_residual * _median(np.abs(m))
-
-            def accurate(direction, omega):
-                residual, b = self._cell_residual(window, direction, omega)
-                if _median(np.abs(residual)) < limit:
-                    return True
-                flat = np.abs(b) <= np.quantile(np.abs(b), _DEPTH_FREE_SHARE)
-                return _median(np.abs(residual[flat])) < _DEPTH_FREE_LIMIT * limit
-            fitted = self._fit_free(window, table, accurate=accurate)
+            fitted = self._fit_free(window, table,
+                                    accurate=lambda d, w: self._accurate(window, d, w))
         if fitted is None:
             rotation = self._rotation_only(window)
             h = g @ rotation
@@ -892,9 +970,10 @@ class EgomotionEstimator:
         known = stats[0], ar, float(np.dot(window.weight * window.robust, r * r))
         # The explained share of the flow left after rotation, as with a gyroscope.
         fit = 1.0 - float(self._cost_known(known, direction[None])[0]) / max(known[2], 1e-300)
+        self._huber_only(window)
         return direction, omega, fit
 
-    def _solve_free_compiled(self, window):
+    def _solve_free_compiled(self, window, least_squares=False):
         """Solve as _solve_free in one call of the compiled extension (same algorithm)."""
         config = self.config
         robust = np.empty(len(window))
@@ -902,9 +981,10 @@ class EgomotionEstimator:
             window.a_rows, window.g_rows, window.m, window.weight, window.starts,
             window.input_order, self._half_sphere, self._previous, robust,
             (config.refine_steps, config.robust_iterations, config.huber_scale,
-             config.sign_flows, config.rotation_error, bool(config.rotation_start),
+             config.sign_flows, config.rotation_error,
+             bool(config.rotation_start) and not least_squares,
              config.rotation_start_residual, config.rotation_prior_weight,
-             self._coarse_step_rad))
+             self._coarse_step_rad, config.cell_huber_scale))
         window.robust = robust
         return np.array(direction), np.array(omega), fit
 
@@ -966,7 +1046,7 @@ class EgomotionEstimator:
             ar = stats[1] - omega @ stats[2].reshape(-1, 3, 3)
             if iteration < last:
                 self._reweight(window, r, self._cell_fit(window, r, (stats[0], ar, None),
-                                                         direction))
+                                                         direction), True)
         return direction, omega, stats, ar, r
 
     @staticmethod
@@ -990,6 +1070,7 @@ class EgomotionEstimator:
         gg += np.eye(3) * (1e-12 * np.trace(gg))
         omega = np.linalg.solve(gg, wg @ m)
         window.robust = np.ones_like(m)
+        window.cell_factor = np.ones_like(m)
         return omega
 
     @staticmethod
@@ -1128,11 +1209,33 @@ class EgomotionEstimator:
         rho = np.where(s_bb > 0, s_br / np.maximum(s_bb, 1e-300), 0.0)
         return r - np.take(np.maximum(rho, 0.0), window.cell) * (window.a @ direction)
 
-    def _reweight(self, window, r, residual):
-        """Huber weights from the residuals (robust scale: median absolute residual)."""
+    def _reweight(self, window, r, residual, cells=False):
+        """
+        Huber weights from the residuals (robust scale: median absolute residual).
+
+        cells (after a fit): each cell's weights also times min(1, cell_huber_scale *
+        median_c(e_c) / e_c), e_c the cell's weighted mean |residual|: a cell whose flows the
+        constant depth cannot fit (a depth edge inside it) pulls the direction less.
+        """
         size = np.abs(residual)
         limit = self.config.huber_scale * (1.4826 * _median(size) + 1e-12)
         window.robust = np.minimum(1.0, limit / np.maximum(size, 1e-300))
+        window.cell_factor = np.ones_like(size)
+        scale = self.config.cell_huber_scale
+        if cells and scale > 0:
+            weight = window.weight
+            sums = np.add.reduceat(np.stack([weight * size, weight]), window.starts, axis=1)
+            error = sums[0] / np.maximum(sums[1], 1e-300)
+            factor = np.clip(scale * _median(error) / np.maximum(error, 1e-300),
+                             _MIN_CELL_FACTOR, 1.0)
+            window.cell_factor = np.take(factor, window.cell)
+            window.robust *= window.cell_factor
+
+    @staticmethod
+    def _huber_only(window):
+        """Leave the Huber weights without the cell factors (time to contact, inliers)."""
+        window.robust = window.robust / window.cell_factor
+        window.cell_factor = np.ones_like(window.robust)
 
     def _ttc(self, window, direction, omega):
         """Time to contact per region [s]: weighted median of per-flow estimates."""
@@ -1209,124 +1312,3 @@ def _extension():
             'build it with `python3 setup.py build_ext --inplace` (or scripts/setup.sh), or '
             'pass compiled=False for the numpy reference') from error
     return _egomotion
-
-
-def _interpolate(times, rates, t_s):
-    """
-    Return the rates (lists of 3) interpolated linearly at t_s, times[0] <= t_s <= times[-1].
-
-    np.interp's arithmetic on Python floats (same results): the sample's value at a sample
-    time, else slope x (t_s - left time) + left value.
-    """
-    left = bisect.bisect_right(times, t_s) - 1
-    if left == len(times) - 1 or times[left] == t_s:
-        return rates[left]
-    t_left, step_s = times[left], times[left + 1] - times[left]
-    return [(b - a) / step_s * (t_s - t_left) + a
-            for a, b in zip(rates[left], rates[left + 1])]
-
-
-class GyroBuffer:
-    """
-    Recent gyroscope samples, averaged over a window in the camera frame (bounded memory).
-
-    rotation_cam_imu (3, 3) turns IMU-frame rates into the camera optical frame; camera time
-    = IMU time + time_offset_s. Samples older than max_age_s before the newest, and beyond
-    max_samples, are forgotten; samples older than the newest one are dropped (counted in
-    `dropped`).
-    """
-
-    def __init__(self, rotation_cam_imu=np.eye(3), time_offset_s=0.0, max_age_s=2.0,
-                 max_samples=20000, max_gap_s=0.05):
-        rotation = np.asarray(rotation_cam_imu, np.float64)
-        if rotation.shape != (3, 3) or not np.all(np.isfinite(rotation)):
-            raise ValueError(f'rotation_cam_imu must be a finite 3x3 matrix, got '
-                             f'{rotation.tolist()}')
-        if not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-3) or \
-                np.linalg.det(rotation) < 0:
-            raise ValueError(f'rotation_cam_imu must be a rotation matrix (orthonormal, det '
-                             f'+1), got {rotation.tolist()}')
-        if not math.isfinite(time_offset_s):
-            raise ValueError(f'time_offset_s must be finite, got {time_offset_s}')
-        if not max_age_s > 0:
-            raise ValueError(f'max_age_s must be > 0 s, got {max_age_s}')
-        if not int(max_samples) >= 2:
-            raise ValueError(f'max_samples must be >= 2, got {max_samples}')
-        self.rotation_cam_imu = rotation
-        self.time_offset_s = float(time_offset_s)
-        self.max_age_s = float(max_age_s)
-        self.max_samples = int(max_samples)
-        self.max_gap_s = float(max_gap_s)
-        self._t = np.empty(2 * self.max_samples)
-        self._w = np.empty((2 * self.max_samples, 3))
-        self._start = self._end = 0
-        self.dropped = 0
-
-    def __len__(self):
-        return self._end - self._start
-
-    def clear(self):
-        self._start = self._end = 0
-
-    def add(self, t_s, omega_rad_s):
-        """Add samples: times (G,) [s, IMU clock] and rates (G, 3) [rad/s, IMU frame]."""
-        t = np.atleast_1d(np.asarray(t_s, np.float64))
-        w = np.asarray(omega_rad_s, np.float64).reshape(-1, 3)
-        if len(t) != len(w):
-            raise ValueError(f'gyro times and rates differ in length: {len(t)} vs {len(w)}')
-        ok = np.isfinite(t) & np.all(np.isfinite(w), axis=1)
-        newest = self._t[self._end - 1] if len(self) else -np.inf
-        # Keep only samples in increasing time order after the newest one held.
-        increasing = t > np.maximum.accumulate(np.concatenate([[newest], t[:-1]]))
-        keep = ok & increasing
-        self.dropped += int(len(t) - np.count_nonzero(keep))
-        t, w = t[keep], w[keep]
-        if len(t) > self.max_samples:
-            t, w = t[-self.max_samples:], w[-self.max_samples:]
-        if self._end + len(t) > len(self._t):
-            live = slice(self._start, self._end)
-            count = self._end - self._start
-            self._t[:count], self._w[:count] = self._t[live].copy(), self._w[live].copy()
-            self._start, self._end = 0, count
-        self._t[self._end:self._end + len(t)] = t
-        self._w[self._end:self._end + len(t)] = w
-        self._end += len(t)
-        if len(self):
-            limit = self._t[self._end - 1] - self.max_age_s
-            first = self._start + int(np.searchsorted(self._t[self._start:self._end], limit))
-            self._start = max(first, self._end - self.max_samples)
-
-    def mean(self, t0_s, t1_s):
-        """
-        Mean rate (3,) [rad/s, camera frame] over camera times [t0_s, t1_s], or None.
-
-        The rate is interpolated linearly between samples; None when the samples do not
-        cover the window (within max_gap_s at either end).
-        """
-        if len(self) == 0 or not t1_s >= t0_s:
-            return None
-        t = self._t[self._start:self._end]
-        first_s, last_s = float(t[0]), float(t[-1])
-        lo, hi = t0_s - self.time_offset_s, t1_s - self.time_offset_s
-        if lo < first_s - self.max_gap_s or hi > last_s + self.max_gap_s:
-            return None
-        lo, hi = min(max(lo, first_s), last_s), min(max(hi, first_s), last_s)
-        # A window holds a few samples: Python floats over them cost less than numpy calls
-        # over the buffer (same arithmetic as np.interp and the trapezoid sum).
-        begin, end = (int(index) for index in t.searchsorted((lo, hi), side='right'))
-        begin = max(begin - 1, 0)   # the sample at or before lo
-        end = min(end + 1, len(t))  # up to the sample after hi
-        times = t[begin:end].tolist()
-        rates = self._w[self._start + begin:self._start + end].tolist()
-        if hi - lo <= 0:
-            rate = _interpolate(times, rates, 0.5 * (lo + hi))
-        else:
-            knots = [lo] + [t_s for t_s in times if lo < t_s < hi] + [hi]
-            values = [_interpolate(times, rates, knot) for knot in knots]
-            rate = None
-            for step, (start, stop) in enumerate(zip(values, values[1:])):
-                duration_s = knots[step + 1] - knots[step]
-                area = [(b + a) * 0.5 * duration_s for a, b in zip(start, stop)]
-                rate = area if rate is None else [r + s for r, s in zip(rate, area)]
-            rate = [r / (hi - lo) for r in rate]
-        return self.rotation_cam_imu @ np.array(rate)

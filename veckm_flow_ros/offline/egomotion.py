@@ -21,8 +21,10 @@ Offline egomotion: events -> normal flow (the node's estimator) -> egomotion per
 The arrays (estimates_to_arrays, written by `veckm-flow egomotion --out`): t_s [N] window
 centre (s), omega_rad_s [N, 3], omega_from_gyro [N] bool, direction [N, 3] (NaN where
 undetermined), foe_px [N, 2] (NaN where not valid), foe_valid [N] bool, min_ttc_s [N],
-ttc_grid_s [N, rows, cols], num_flows [N], inlier_fraction [N], translation_fit [N].
-Gyroscope files: t (s), wx, wy, wz (rad/s, camera optical frame).
+ttc_grid_s [N, rows, cols], num_flows [N], inlier_fraction [N], translation_fit [N],
+undetermined [N] str (why direction is NaN: core/egomotion_checks.REASONS; '' when it is not),
+translation_ratio [N], gyro_bias_rad_s [N, 3] (the bias estimate subtracted from the
+gyroscope). Gyroscope files: t (s), wx, wy, wz (rad/s, camera optical frame).
 """
 
 import pathlib
@@ -173,6 +175,9 @@ def estimates_to_arrays(estimates, ttc_grid=(6, 8)) -> dict:
         'num_flows': stack('num_flows', (), np.int64),
         'inlier_fraction': stack('inlier_fraction', ()),
         'translation_fit': stack('translation_fit', ()),
+        'undetermined': np.array([e.undetermined for e in estimates], dtype='<U32'),
+        'translation_ratio': stack('translation_ratio', ()),
+        'gyro_bias_rad_s': stack('gyro_bias_rad_s', (3,)),
     }
 
 

@@ -1,0 +1,175 @@
+# Copyright 2026 The veckm_flow_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+What the egomotion estimator checks around its solves.
+
+The gyroscope's bias and whether a window's translation can be told at all.
+
+GyroBiasTracker: a constant gyroscope bias moves the direction by about bias / (|v| / Z)
+radians (0.5 deg/s at |v| / Z = 0.1 /s: 5 deg). The flows constrain the rotation too: where
+the joint least squares of rotation and direction fit the flows (the accuracy check of the
+solve without a gyroscope), the gyroscope's mean minus their omega is a measurement of the
+bias, with the covariance of the fit (omega_covariance: the residual's variance times the
+inverse normal matrix of omega with the cell depths eliminated) plus a relative error of the
+fitted omega (the depth model's misfit, which the residual does not show as noise). The
+tracker is a Kalman filter for a constant bias: a zero-mean prior, each measurement weighed
+by its inverse covariance, measurements beyond GATE standard deviations rejected.
+
+translation_ratio: the translational normal flow the fit explains (cell depth times a . d per
+flow) over the rotational normal flow g . omega, medians over the window's flows. Where it is
+small the direction rests on a few per cent of the flow, below the flow errors and the
+rotation's (the gyroscope's bias, the flow magnitudes' common scale): the estimate reports no
+direction ('rotation_dominated') rather than a confident wrong heading.
+
+Reasons an estimate has no direction (EgomotionEstimate.undetermined): see REASONS.
+"""
+
+import math
+
+import numpy as np
+
+REASONS = {
+    'too_few_flows': 'fewer usable flows than min_flows',
+    'rotation_dominated': 'translational flow below min_translation_ratio of the rotational',
+    'translation_unexplained': 'the fit explains less than min_translation_fit of the '
+                               'derotated flow',
+}
+
+
+class GyroBiasTracker:
+    """
+    Online estimate of a gyroscope's constant bias [rad/s] (3,) in the camera frame.
+
+    every_windows: a measurement is due on the first window and then every this many
+    windows (0: never); the interval doubles (up to BACK_OFF times) after each rejected
+    measurement and after each accepted one once the estimate's standard deviation is below
+    SETTLED_RAD_S (flows that never pass the accuracy check, or a settled bias, cost little),
+    and returns to every_windows after an accepted one before that; prior_rad_s: standard deviation of the bias before any measurement
+    (per axis); max_rad_s: measurements larger than this on any axis are rejected (a motion
+    the flows mistook, e.g. the two solutions of a plane filling the view, not a bias).
+    """
+
+    GATE = 5.0  # standard deviations beyond which a measurement is rejected
+    BACK_OFF = 8  # longest interval between measurements, in every_windows
+    SETTLED_RAD_S = 1e-3  # the estimate's standard deviation per axis that counts as settled
+
+    def __init__(self, every_windows, prior_rad_s, max_rad_s=math.inf):
+        self.every_windows = int(every_windows)
+        self.prior_rad_s = float(prior_rad_s)
+        self.max_rad_s = float(max_rad_s)
+        self.accepted = 0
+        self.rejected = 0
+        self.reset()
+
+    def reset(self):
+        """Forget the measurements (a new gyroscope or a long gap)."""
+        self._information = np.eye(3) / max(self.prior_rad_s, 1e-12) ** 2
+        self._vector = np.zeros(3)
+        self._count = 0
+        self._interval = self.every_windows
+
+    def due(self):
+        """Whether this window should measure the bias (counts the windows)."""
+        if self.every_windows <= 0 or self.prior_rad_s <= 0:
+            return False
+        due = self._count % self._interval == 0
+        self._count = 1 if due else self._count + 1
+        return due
+
+    def _back_off(self, longer):
+        self._interval = min(2 * self._interval, self.BACK_OFF * self.every_windows) \
+            if longer else self.every_windows
+
+    def add(self, omega_flow_rad_s, omega_gyro_rad_s, covariance):
+        """
+        Add the measurement gyro - flows with covariance (3, 3) [rad^2/s^2].
+
+        Returns whether it was kept (finite, within max_rad_s and within GATE standard
+        deviations of the current estimate).
+        """
+        sample = np.asarray(omega_gyro_rad_s, np.float64) - omega_flow_rad_s
+        covariance = np.asarray(covariance, np.float64)
+        if not (np.all(np.isfinite(sample)) and np.all(np.isfinite(covariance))):
+            return self.reject()
+        if not float(np.max(np.abs(sample))) <= self.max_rad_s:
+            return self.reject()
+        difference = sample - self.bias_rad_s
+        total = covariance + np.linalg.inv(self._information)
+        if float(difference @ np.linalg.solve(total, difference)) > self.GATE ** 2:
+            return self.reject()
+        information = np.linalg.inv(covariance)
+        self._information = self._information + information
+        self._vector = self._vector + information @ sample
+        self.accepted += 1
+        variance = np.diag(np.linalg.inv(self._information))
+        self._back_off(float(np.sqrt(variance.max())) < self.SETTLED_RAD_S)
+        return True
+
+    def reject(self):
+        """Count a rejected measurement (the flows not accurate, or out of the gates)."""
+        self.rejected += 1
+        self._back_off(True)
+        return False
+
+    @property
+    def bias_rad_s(self):
+        """Return the current estimate (zeros before the first measurement)."""
+        return np.linalg.solve(self._information, self._vector)
+
+
+def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
+    """
+    Covariance (3, 3) of the joint least squares' omega at (direction, omega).
+
+    a, g (N, 3), m (N,), weight (N,) (fit weight times Huber weight), starts (C,) the cells'
+    first flows (flows sorted by cell): the normal matrix of omega with each cell's depth
+    eliminated, H = sum w g g^T - sum_c S_c S_c^T / sum_c w b^2 (S_c = sum_c w b g, b = a . d),
+    times the residual's variance per unit weight, plus (relative_error |omega|)^2 per axis.
+    """
+    b = a @ direction
+    r = m - g @ omega
+    wb = weight * b
+    s_bb = np.add.reduceat(wb * b, starts)
+    s_bg = np.add.reduceat(wb[:, None] * g, starts, axis=0)
+    s_br = np.add.reduceat(wb * r, starts)
+    safe = np.maximum(s_bb, 1e-300)
+    rho = np.maximum(s_br / safe, 0.0)
+    cell = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(m))))
+    residual = r - rho[cell] * b
+    variance = float(weight @ (residual * residual)) / max(len(m) - len(starts) - 6, 1) \
+        / max(float(np.mean(weight)), 1e-300)
+    normal = (weight[:, None] * g).T @ g - (s_bg / safe[:, None]).T @ s_bg
+    normal = normal / max(float(np.mean(weight)), 1e-300)
+    covariance = variance * np.linalg.pinv(normal)
+    return covariance + np.eye(3) * (relative_error * float(np.linalg.norm(omega))) ** 2
+
+
+def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
+    """
+    Median |fitted translational flow| over median |rotational flow| (float).
+
+    a, g (N, 3), m (N,) normalized normal flow [1/s], weight (N,), starts (C,) the cells'
+    first flows, cell (N,) each flow's cell: the translational flow of a flow is its cell's
+    fitted inverse depth (clipped at 0) times a . d, the rotational flow g . omega.
+    """
+    h = g @ omega
+    rotational = float(np.median(np.abs(h))) if len(h) else 0.0
+    if not rotational > 0:
+        return float('inf')
+    b = a @ direction
+    wb = weight * b
+    rho = np.add.reduceat(wb * (m - h), starts) / np.maximum(np.add.reduceat(wb * b, starts),
+                                                             1e-300)
+    return float(np.median(np.abs(np.maximum(rho, 0.0)[cell] * b))) / rotational
