@@ -18,7 +18,7 @@ CPU time of the encode and MLP ops per streaming block, for comparing builds of 
     python3 benchmarks/bench_encode_block.py [--speed 1.65 6.6] [--stride 1 8] [--threads 1]
         [--paths dense sparse] [--device cuda]
 
-The bundled demo scene (640x480) is streamed time-compressed by each speed factor through
+The bundled demo scene (346x260) is streamed time-compressed by each speed factor through
 NormalFlowEstimator (block 20 ms); the inputs of its encode calls are recorded, then blocks
 3-12 are encoded and run through the MLP repeatedly for --seconds. CPU time (process time:
 all threads), not wall time, so that a shared or noisy machine disturbs it less; with

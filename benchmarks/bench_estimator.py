@@ -20,17 +20,17 @@ Streaming throughput of NormalFlowEstimator (the node's compute path) on CPU and
                                           [--long-context-below-px-s 0 150]
                                           [--size 640x480 1280x720]
 
-The bundled demo scene (640x480, 0.6 M events/s at 1x) is replayed time-compressed by each
+The bundled demo scene (346x260, 0.6 M events/s at 1x) is replayed time-compressed by each
 speed factor (speed 33: ~20 M events/s), looped until --events events, in 1 ms packets of
 sensor time, through one estimator per case (no ROS, no decoding: torch + numpy only, so it
 runs on GPU machines without ROS wheels). Columns: input rate of the stream, events/s the
 estimator sustained (wall), the real-time factor (> 1: keeps up), flows/s, and the p50/p99
 wall time of a push() call that produced blocks, the share of flows estimated again by the
 second look at slow flows ("2nd %", --long-context-below-px-s; 0: off, the estimator's own
-default) and the ratio to the CPU row of the same case, measured in the same run. At
-1280x720 the stream is four copies of the scene tiled over the sensor (at x 0 and 640, y 0 and
-240: rows 240-479 are covered twice), each shifted by a quarter of the scene's span in time:
-four times the events per speed factor.
+default) and the ratio to the CPU row of the same case, measured in the same run. --size
+tiles copies of the scene over a larger sensor (640x480: 2 x 2 copies, 1280x720: 4 x 3, cut at
+the sensor's edges), each shifted in time by its share of the scene's span: the events per
+speed factor grow with the area.
 """
 
 import argparse
@@ -47,20 +47,23 @@ DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
 
 
 def _tiled(t_ns, x, y, p, width, height, size):
-    """The scene tiled over a larger sensor `size` (module docstring); (t, x, y, p, w, h)."""
+    """The scene tiled over a sensor of `size` (module docstring); (t, x, y, p, w, h)."""
     if size == (width, height):
         return t_ns, x, y, p, width, height
-    if size != (2 * width, 3 * height // 2):
-        raise ValueError(f'size must be {width}x{height} or {2 * width}x{3 * height // 2}, '
-                         f'got {size[0]}x{size[1]}')
+    columns, rows = -(-size[0] // width), -(-size[1] // height)
+    copies = columns * rows
     span_ns = int(t_ns[-1]) + 1
-    offsets = [(0, 0), (width, 0), (0, height // 2), (width, height // 2)]
-    t_all = np.concatenate([(t_ns + k * span_ns // 4) % span_ns for k in range(4)])
+    parts = []
+    for k in range(copies):
+        dx, dy = (k % columns) * width, (k // columns) * height
+        inside = (x.astype(np.int64) + dx < size[0]) & (y.astype(np.int64) + dy < size[1])
+        parts.append(((t_ns[inside] + k * span_ns // copies) % span_ns,
+                      x[inside].astype(np.int64) + dx, y[inside].astype(np.int64) + dy,
+                      p[inside]))
+    t_all, x_all, y_all, p_all = (np.concatenate(column) for column in zip(*parts))
     order = np.argsort(t_all, kind='stable')
-    x_all = np.concatenate([x.astype(np.int64) + dx for dx, _ in offsets])
-    y_all = np.concatenate([y.astype(np.int64) + dy for _, dy in offsets])
     return (t_all[order], x_all[order].astype(x.dtype), y_all[order].astype(y.dtype),
-            np.tile(p, 4)[order], size[0], size[1])
+            p_all[order], size[0], size[1])
 
 
 def compressed_stream(speed, total_events, packet_ns=1_000_000, size=None):
@@ -127,10 +130,11 @@ def main():
     parser.add_argument('--long-context-below-px-s', type=float, nargs='+', default=[0.0],
                         metavar='PX_S', help='second look at flows slower than this [px/s] '
                         '(0: off; the node default is 150); one set of rows per value')
-    parser.add_argument('--size', nargs='+', default=['640x480'],
-                        help='sensor sizes: 640x480 (the scene) and/or 1280x720 (tiled)')
+    parser.add_argument('--size', nargs='+', default=[],
+                        help='sensor sizes WxH (the scene tiled over them; default: the '
+                             "scene's own 346x260)")
     args = parser.parse_args()
-    sizes = [tuple(int(v) for v in size.lower().split('x')) for size in args.size]
+    sizes = [tuple(int(v) for v in size.lower().split('x')) for size in args.size] or [None]
 
     import torch
 

@@ -103,32 +103,33 @@ def _cublas_dirs():
     return None
 
 
-def build_commands(peer, build, nvcc='nvcc', arch='sm_90'):
-    """The two commands that build the published estimator's Python module in `build`."""
+def library_command(peer, build, nvcc='nvcc', arch='sm_90'):
+    """The nvcc command that builds the published estimator's shared library in `build`."""
     cublas = _cublas_dirs()
     if cublas is None:
         raise RuntimeError('cuBLAS (cublas_v2.h and libcublas.so) not found in the CUDA '
                            'toolkit or the nvidia Python wheels')
     include, lib, library = cublas
-    library_cmd = [nvcc, '-O3', f'-arch={arch}', '-Xcompiler', '-fPIC', '-shared',
-                   str(peer / 'SliceNormalFlowEstimator.cpp'),
-                   str(peer / 'SliceNormalFlowEstimator.cu'), f'-I{peer}', f'-I{include}',
-                   f'-L{lib}', f'-l:{library}', f'-Xlinker=-rpath,{lib}',
-                   '-o', str(build / PEER_LIBRARY)]
+    return [nvcc, '-O3', f'-arch={arch}', '-Xcompiler', '-fPIC', '-shared',
+            str(peer / 'SliceNormalFlowEstimator.cpp'), str(peer / 'SliceNormalFlowEstimator.cu'),
+            f'-I{peer}', f'-I{include}', f'-L{lib}', f'-l:{library}',
+            f'-Xlinker=-rpath,{lib}', '-o', str(build / PEER_LIBRARY)]
+
+
+def module_command(peer, build):
+    """The C++ compiler command that builds its Python module (pybind11) in `build`."""
     import pybind11
     suffix = sysconfig.get_config_var('EXT_SUFFIX')
-    module_cmd = [os.environ.get('CXX', 'g++'), '-O3', '-shared', '-fPIC', '-std=c++17',
-                  f'-I{pybind11.get_include()}', f'-I{sysconfig.get_paths()["include"]}',
-                  f'-I{peer}', str(peer / '_binding.cpp'), f'-L{build}',
-                  '-lSliceNormalFlowEstimator', f'-Wl,-rpath,{build}',
-                  '-o', str(build / f'VecKM_flow{suffix}')]
-    return library_cmd, module_cmd
+    return [os.environ.get('CXX', 'g++'), '-O3', '-shared', '-fPIC', '-std=c++17',
+            f'-I{pybind11.get_include()}', f'-I{sysconfig.get_paths()["include"]}',
+            f'-I{peer}', str(peer / '_binding.cpp'), f'-L{build}', '-lSliceNormalFlowEstimator',
+            f'-Wl,-rpath,{build}', '-o', str(build / f'VecKM_flow{suffix}')]
 
 
 def build_peer(peer, build):
     """Build the published module in `build` (seconds); raises with the compiler's output."""
     start = time.perf_counter()
-    for command in build_commands(peer, build):
+    for command in (library_command(peer, build), module_command(peer, build)):
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f'{" ".join(command)}\n{result.stdout}{result.stderr}')
@@ -260,19 +261,24 @@ def _run(args, build):
             return 0
         nvcc = shutil.which('nvcc') or '/usr/local/cuda/bin/nvcc'
         try:
-            commands = build_commands(args.peer, build, nvcc=nvcc)
-        except (RuntimeError, ImportError) as error:
+            command = library_command(args.peer, build, nvcc=nvcc)
+        except RuntimeError as error:
             print(f'bench_peer: rehearsal: published build not tried ({error})')
             return 0
-        result = subprocess.run(commands[0], capture_output=True, text=True, check=False)
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
         print(f'bench_peer: rehearsal: nvcc build of the published library '
-              f'{"ok" if result.returncode == 0 else "FAILED"}: {" ".join(commands[0])}')
+              f'{"ok" if result.returncode == 0 else "FAILED"}: {" ".join(command)}')
         if result.returncode != 0:
             print(result.stderr[-2000:])
             return 1
-        result = subprocess.run(commands[1], capture_output=True, text=True, check=False)
+        try:
+            command = module_command(args.peer, build)
+        except ImportError as error:
+            print(f'bench_peer: rehearsal: its Python module not tried ({error})')
+            return 0
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
         print(f'bench_peer: rehearsal: its Python module '
-              f'{"ok" if result.returncode == 0 else "FAILED"}: {" ".join(commands[1])}')
+              f'{"ok" if result.returncode == 0 else "FAILED"}: {" ".join(command)}')
         return 0 if result.returncode == 0 else 1
     seconds = build_peer(args.peer, build)
     sys.path.insert(0, str(build))

@@ -46,6 +46,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # benchmarks/ import the in-place build
 step() { echo "== $(date +%T) $*"; }
+# ONLY="peer node" runs just those steps (of: build tests peer stream node).
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 DATA="$ROOT/../shared/data"
 MODEL_DIR=640x480_24ms_C64_k10
 # The device tool's limit on the tree that travels (tracked and untracked-not-ignored files
@@ -132,7 +134,7 @@ setup_ros() {
   cmake --install /tmp/ros_build >> /tmp/ros_build.log 2>&1
   "$ROS_PY" -c 'import rclpy, event_camera_msgs.msg; print("ROS ready:", rclpy.__file__)'
 }
-if [ -d "$CARRY/whl" ] && command -v cmake > /dev/null; then
+if want node && [ -d "$CARRY/whl" ] && command -v cmake > /dev/null; then
   ( setup_ros > "$OUT/ros_setup.log" 2>&1; echo "exit $?" >> "$OUT/ros_setup.log" ) &
   ROS_SETUP_PID=$!
 fi
@@ -145,7 +147,7 @@ step machine
 } 2>&1 | tee "$OUT/machine.txt"
 
 step build
-if [ $REHEARSE = 0 ]; then
+if [ $REHEARSE = 0 ] && want build; then
   # The GPU image's default compiler (/opt/gcc/bin/g++, a wrapper) links libstdc++ statically
   # into the extension; its private ostream then crashes as soon as a TORCH_CHECK message
   # formats an integer. Build with the system compiler, which links it dynamically.
@@ -157,23 +159,25 @@ if [ $REHEARSE = 0 ]; then
   echo "build exit $rc in $(( $(date +%s) - start )) s"
   if [ $rc -ne 0 ]; then grep -E 'error' "$OUT/build.log" | head -30; exit 1; fi
 else
-  echo "rehearsal: the in-place CPU build of this tree is used"
+  echo "not built here (rehearsal, or not in ONLY): the in-place build of this tree is used"
 fi
 
 step tests
-timeout 100 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
+want tests && timeout 100 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
   test/test_cuda.py test/test_estimator.py 2>&1 | tee "$OUT/tests.log" | tail -15
 
 step peer
 # The published estimator side by side (its sources and weights travel in .device/data).
-timeout 170 "$PY" benchmarks/bench_peer.py --peer "$CARRY/data/veckm_flow_cpp_src" \
+want peer && timeout 170 "$PY" benchmarks/bench_peer.py --peer "$CARRY/data/veckm_flow_cpp_src" \
   --weights "$CARRY/data/$MODEL_DIR" --repeats 5 $([ $REHEARSE = 1 ] && echo --rehearse) \
   2>&1 | tee "$OUT/peer.txt"
 
 step stream
-DEVICE=cuda; EVENTS=4000000
+# The scene tiled over each sensor: speed 33 gives ~70 M events/s at 640x480 and ~200 M at
+# 1280x720, speed 100 three times that; 30 M events are 0.15-0.4 s of sensor time per case.
+DEVICE=cuda; EVENTS=30000000
 [ $REHEARSE = 1 ] && { DEVICE=cpu; EVENTS=100000; }
-timeout 130 "$PY" benchmarks/bench_estimator.py --device $DEVICE --size 640x480 1280x720 \
+want stream && timeout 130 "$PY" benchmarks/bench_estimator.py --device $DEVICE --size 640x480 1280x720 \
   --speed 33 100 --stride 1 8 --block-ms 24 --events $EVENTS --cpu-events $EVENTS \
   --long-context-below-px-s 150 2>&1 | tee "$OUT/stream.txt"
 
@@ -183,9 +187,10 @@ if [ -n "${ROS_SETUP_PID:-}" ]; then
   tail -3 "$OUT/ros_setup.log"
   if grep -q '^ROS ready' "$OUT/ros_setup.log"; then
     (
-      ros_env
-      NODE_PY=$ROS_PY
-      [ $REHEARSE = 1 ] && NODE_PY=$PY && export PYTHONPATH="$ROOT"  # torch lives in the 3.11 venv here
+      # Rehearsal: the node runs in the project's own 3.11 venv (torch and ROS are there; the
+      # 3.12 prefix above only proves that the carried wheels install and build the messages).
+      NODE_PY=$PY
+      [ $REHEARSE = 0 ] && { ros_env; NODE_PY=$ROS_PY; }
       SPEEDS="10 33"; WALL=3
       [ $REHEARSE = 1 ] && { SPEEDS=1; WALL=2; }
       timeout 110 "$NODE_PY" benchmarks/bench_node.py --model veckm_r10_tau12ms --device $DEVICE \
@@ -198,7 +203,7 @@ if [ -n "${ROS_SETUP_PID:-}" ]; then
   else
     echo "the ROS environment failed (ros_setup.log): node step skipped"; tail -20 /tmp/ros_build.log 2>/dev/null
   fi
-else
+elif want node; then
   echo "no wheels or no cmake: node step skipped"
 fi
 
