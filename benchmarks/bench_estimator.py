@@ -47,7 +47,7 @@ DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
 
 
 def _tiled(t_ns, x, y, p, width, height, size):
-    """The scene tiled over a sensor of `size` (module docstring); (t, x, y, p, w, h)."""
+    """Return the scene tiled over a sensor of `size` (module docstring): (t, x, y, p, w, h)."""
     if size == (width, height):
         return t_ns, x, y, p, width, height
     columns, rows = -(-size[0] // width), -(-size[1] // height)
@@ -169,7 +169,8 @@ def main():
                 f'{"-":>7}'
             p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
                 else (math.nan, math.nan)
-            print(f'{f"{width}x{height}":<9} {device:<6} {long_context:>5g} {speed:>6g} {stride:>6} {events:>9} '
+            print(f'{f"{width}x{height}":<9} {device:<6} {long_context:>5g} {speed:>6g} '
+                  f'{stride:>6} {events:>9} '
                   f'{events / span_s:>12,.0f} {rate:>12,.0f} {span_s / wall:>6.2f} '
                   f'{flows / wall:>12,.0f} {p50:>7.1f} {p99:>7.1f} '
                   f'{100.0 * again / max(flows, 1):>6.1f} {ratio}', flush=True)

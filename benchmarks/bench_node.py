@@ -499,6 +499,7 @@ def print_table(rows):
 
 
 def main(argv=None):
+    global RECORDING, WIDTH, HEIGHT  # set from the arguments: read by the sources, both roles
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
     parser.add_argument('--role', choices=('main', 'publisher'), default='main')
     parser.add_argument('--model', help='model for the node (path or shipped name)')
@@ -543,7 +544,6 @@ def main(argv=None):
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global RECORDING, WIDTH, HEIGHT  # read by the sources, in both processes
     RECORDING = pathlib.Path(args.recording)
     WIDTH, HEIGHT = (int(v) for v in args.size.lower().split('x'))
     if args.role == 'publisher':

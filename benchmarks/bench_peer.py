@@ -104,7 +104,7 @@ def _cublas_dirs():
 
 
 def library_command(peer, build, nvcc='nvcc', arch='sm_90'):
-    """The nvcc command that builds the published estimator's shared library in `build`."""
+    """Return the nvcc command that builds the published estimator's shared library in `build`."""
     cublas = _cublas_dirs()
     if cublas is None:
         raise RuntimeError('cuBLAS (cublas_v2.h and libcublas.so) not found in the CUDA '
@@ -117,7 +117,7 @@ def library_command(peer, build, nvcc='nvcc', arch='sm_90'):
 
 
 def module_command(peer, build):
-    """The C++ compiler command that builds its Python module (pybind11) in `build`."""
+    """Return the C++ compiler command that builds its Python module (pybind11) in `build`."""
     import pybind11
     suffix = sysconfig.get_config_var('EXT_SUFFIX')
     return [os.environ.get('CXX', 'g++'), '-O3', '-shared', '-fPIC', '-std=c++17',
@@ -244,6 +244,30 @@ def main(argv=None):
             shutil.rmtree(build, ignore_errors=True)
 
 
+def _rehearse_build(peer, build):
+    """Compile the published library and module here (no GPU needed); 0 unless one fails."""
+    nvcc = shutil.which('nvcc') or '/usr/local/cuda/bin/nvcc'
+    if not os.path.exists(nvcc):
+        print('bench_peer: rehearsal: nvcc not found, the published build not tried')
+        return 0
+    steps = (('nvcc build of the published library', lambda: library_command(peer, build, nvcc),
+              RuntimeError),
+             ('its Python module', lambda: module_command(peer, build), ImportError))
+    for label, make_command, missing in steps:
+        try:
+            command = make_command()
+        except missing as error:
+            print(f'bench_peer: rehearsal: {label} not tried ({error})')
+            return 0
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        print(f'bench_peer: rehearsal: {label} {"ok" if result.returncode == 0 else "FAILED"}: '
+              f'{" ".join(command)}')
+        if result.returncode != 0:
+            print(result.stderr[-2000:])
+            return 1
+    return 0
+
+
 def _run(args, build):
     import torch
 
@@ -256,30 +280,7 @@ def _run(args, build):
                 print(f'{width}x{height}: {events:,} events over {(t_ns[-1] - t_ns[0]) / 1e6:.1f}'
                       f' ms, {len(np.unique(y.astype(np.int64) * width + x)):,} pixels, '
                       f'{events if targets is None else len(targets):,} targets')
-        if shutil.which('nvcc') is None and not os.path.exists('/usr/local/cuda/bin/nvcc'):
-            print('bench_peer: rehearsal: nvcc not found, the published build not tried')
-            return 0
-        nvcc = shutil.which('nvcc') or '/usr/local/cuda/bin/nvcc'
-        try:
-            command = library_command(args.peer, build, nvcc=nvcc)
-        except RuntimeError as error:
-            print(f'bench_peer: rehearsal: published build not tried ({error})')
-            return 0
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        print(f'bench_peer: rehearsal: nvcc build of the published library '
-              f'{"ok" if result.returncode == 0 else "FAILED"}: {" ".join(command)}')
-        if result.returncode != 0:
-            print(result.stderr[-2000:])
-            return 1
-        try:
-            command = module_command(args.peer, build)
-        except ImportError as error:
-            print(f'bench_peer: rehearsal: its Python module not tried ({error})')
-            return 0
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        print(f'bench_peer: rehearsal: its Python module '
-              f'{"ok" if result.returncode == 0 else "FAILED"}: {" ".join(command)}')
-        return 0 if result.returncode == 0 else 1
+        return _rehearse_build(args.peer, build)
     seconds = build_peer(args.peer, build)
     sys.path.insert(0, str(build))
     import VecKM_flow  # noqa: E402  (the module just built)

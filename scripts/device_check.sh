@@ -21,12 +21,14 @@
 #       with the ROS 2 Kilted wheels for Python 3.12 (wheel files), the published estimator's
 #       sources and weights and the evt3 recording (from ../shared/data), and checks that the
 #       tree that travels stays under the device tool's 64 MiB.
-#   bash scripts/device_check.sh --rehearse   here, without GPU: every step that needs none
-#       (the ROS wheels installed into a prefix and event_camera_msgs built with python3.12,
-#       the peer benchmark's workloads and nvcc build, the benchmarks' and the node's CPU paths,
-#       the CUDA tests skipping), in a few minutes.
+#   bash scripts/device_check.sh --rehearse   here, without GPU: every step on the CPU (the
+#       carried wheels installed into a prefix and event_camera_msgs built for a Python 3.12,
+#       REHEARSE_ROS_PYTHON, that holds what the GPU image holds: numpy, pyparsing,
+#       python-dateutil, pyyaml, typing_extensions, setuptools; the peer benchmark's workloads;
+#       the streaming benchmark and the node over DDS on the CPU, in the project's venv).
 #   OUT=out/device bash scripts/device_check.sh   on the GPU machine (the device tool: carry
-#       .device; its $OUT comes back): ~9 minutes, each step under its own time limit.
+#       .device; its $OUT comes back): about 5-8 minutes (the build took 36 s and the tests
+#       22 s on an H100), each step under its own time limit; ONLY="stream node" reruns steps.
 #
 # GPU steps: build the CUDA extension in place; the CUDA tests (encode's dense and sparse paths
 # against the CPU); the published estimator side by side (benchmarks/bench_peer.py, 640x480
@@ -163,7 +165,7 @@ else
 fi
 
 step tests
-want tests && timeout 100 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
+want tests && timeout 90 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
   test/test_cuda.py test/test_estimator.py 2>&1 | tee "$OUT/tests.log" | tail -15
 
 step peer
@@ -193,7 +195,7 @@ if [ -n "${ROS_SETUP_PID:-}" ]; then
       [ $REHEARSE = 0 ] && { ros_env; NODE_PY=$ROS_PY; }
       SPEEDS="10 33"; WALL=3
       [ $REHEARSE = 1 ] && { SPEEDS=1; WALL=2; }
-      timeout 110 "$NODE_PY" benchmarks/bench_node.py --model veckm_r10_tau12ms --device $DEVICE \
+      timeout 100 "$NODE_PY" benchmarks/bench_node.py --model veckm_r10_tau12ms --device $DEVICE \
         --configs every stride8 --sources real --speeds $SPEEDS --wall-s $WALL \
         --recording "$CARRY/data/py_test_events_1" 2>&1 | tee "$OUT/node_640x480.txt" | tail -12
       timeout 70 "$NODE_PY" benchmarks/bench_node.py --model veckm_r10_tau12ms --device $DEVICE \
@@ -211,8 +213,7 @@ step summary
 {
   cat "$OUT/machine.txt"; echo
   grep -E 'passed|failed|error' "$OUT/tests.log" | tail -3; echo
-  cat "$OUT/peer.txt"; echo
-  cat "$OUT/stream.txt"; echo
+  cat "$OUT/peer.txt" "$OUT/stream.txt"
   for f in "$OUT"/node_*.txt; do [ -f "$f" ] && { echo "$f"; tail -n 14 "$f"; }; done
 } > "$OUT/summary.txt" 2>&1
 step done

@@ -56,7 +56,7 @@ def pack_events(t_ns: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray
 
 
 def packed_bytes(count: int) -> int:
-    """The most bytes pack_events uses for `count` events."""
+    """Return the most bytes pack_events uses for `count` events."""
     return 12 * count
 
 

@@ -204,7 +204,7 @@ def _to_host(flow, confidence, validity):
 
 
 def _constant_step(positions: np.ndarray) -> int:
-    """The step of an arithmetic progression of increasing positions, else 0."""
+    """Return the step of an arithmetic progression of increasing positions, else 0."""
     if len(positions) < 2:
         return 1 if len(positions) else 0
     step = int(positions[1] - positions[0])
