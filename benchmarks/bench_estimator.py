@@ -18,15 +18,19 @@ Streaming throughput of NormalFlowEstimator (the node's compute path) on CPU and
     python3 benchmarks/bench_estimator.py [--device cpu cuda] [--speed 1 10 33 100]
                                           [--stride 1 8] [--block-ms 10] [--events 3000000]
                                           [--long-context-below-px-s 0 150]
+                                          [--size 640x480 1280x720]
 
-The bundled demo scene (640x480, 0.6 M events/s at 1x) is replayed time-compressed by each
+The bundled demo scene (346x260, 0.6 M events/s at 1x) is replayed time-compressed by each
 speed factor (speed 33: ~20 M events/s), looped until --events events, in 1 ms packets of
 sensor time, through one estimator per case (no ROS, no decoding: torch + numpy only, so it
 runs on GPU machines without ROS wheels). Columns: input rate of the stream, events/s the
 estimator sustained (wall), the real-time factor (> 1: keeps up), flows/s, and the p50/p99
 wall time of a push() call that produced blocks, the share of flows estimated again by the
 second look at slow flows ("2nd %", --long-context-below-px-s; 0: off, the estimator's own
-default) and the ratio to the CPU row of the same case, measured in the same run.
+default) and the ratio to the CPU row of the same case, measured in the same run. --size
+tiles copies of the scene over a larger sensor (640x480: 2 x 2 copies, 1280x720: 4 x 3, cut at
+the sensor's edges), each shifted in time by its share of the scene's span: the events per
+speed factor grow with the area.
 """
 
 import argparse
@@ -42,21 +46,43 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO_NPZ = ROOT / 'veckm_flow_ros' / 'data' / 'demo_scene.npz'
 
 
-def compressed_stream(speed, total_events, packet_ns=1_000_000):
+def _tiled(t_ns, x, y, p, width, height, size):
+    """Return the scene tiled over a sensor of `size` (module docstring): (t, x, y, p, w, h)."""
+    if size == (width, height):
+        return t_ns, x, y, p, width, height
+    columns, rows = -(-size[0] // width), -(-size[1] // height)
+    copies = columns * rows
+    span_ns = int(t_ns[-1]) + 1
+    parts = []
+    for k in range(copies):
+        dx, dy = (k % columns) * width, (k // columns) * height
+        inside = (x.astype(np.int64) + dx < size[0]) & (y.astype(np.int64) + dy < size[1])
+        parts.append(((t_ns[inside] + k * span_ns // copies) % span_ns,
+                      x[inside].astype(np.int64) + dx, y[inside].astype(np.int64) + dy,
+                      p[inside]))
+    t_all, x_all, y_all, p_all = (np.concatenate(column) for column in zip(*parts))
+    order = np.argsort(t_all, kind='stable')
+    return (t_all[order], x_all[order].astype(x.dtype), y_all[order].astype(y.dtype),
+            p_all[order], size[0], size[1])
+
+
+def compressed_stream(speed, total_events, packet_ns=1_000_000, size=None):
     """Yield EventArray packets of the demo scene compressed in time by `speed`, looped."""
     from veckm_flow_ros.eventio.events import EventArray
     data = np.load(DEMO_NPZ)
     t_ns = data['t'].astype(np.int64)
     t_ns = t_ns - t_ns[0]
+    width, height = int(data['width']), int(data['height'])
+    t_ns, x, y, p, width, height = _tiled(t_ns, data['x'], data['y'], data['p'], width, height,
+                                          size or (width, height))
     span_ns = int(t_ns[-1]) + 1
-    x, y, p = data['x'], data['y'], data['p']
     loops = max(1, math.ceil(total_events / len(t_ns)))
     t_all = np.concatenate([t_ns + k * span_ns for k in range(loops)])
     t_all = (t_all / speed).astype(np.int64)
     events = EventArray(t_all, np.tile(x, loops), np.tile(y, loops), np.tile(p, loops))
     edges = np.searchsorted(t_all, np.arange(0, int(t_all[-1]) + packet_ns, packet_ns))
     packets = [events[a:b] for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    return packets, int(data['width']), int(data['height']), int(t_all[-1]) * 1e-9
+    return packets, width, height, int(t_all[-1]) * 1e-9
 
 
 def run_case(model, device, packets, width, height, stride, block_ms, long_context_px_s=0.0):
@@ -104,7 +130,11 @@ def main():
     parser.add_argument('--long-context-below-px-s', type=float, nargs='+', default=[0.0],
                         metavar='PX_S', help='second look at flows slower than this [px/s] '
                         '(0: off; the node default is 150); one set of rows per value')
+    parser.add_argument('--size', nargs='+', default=[],
+                        help='sensor sizes WxH (the scene tiled over them; default: the '
+                             "scene's own 346x260)")
     args = parser.parse_args()
+    sizes = [tuple(int(v) for v in size.lower().split('x')) for size in args.size] or [None]
 
     import torch
 
@@ -116,18 +146,19 @@ def main():
     print(f'model {model.name} (r={model.pixel_radius}, tau={model.tau_s * 1e3:g} ms), block '
           f'{args.block_ms:g} ms, torch {torch.__version__}, {torch.get_num_threads()} CPU '
           f'threads, GPU {gpu}')
-    header = (f'{"device":<6} {"2nd<":>5} {"speed":>6} {"stride":>6} {"events":>9} '
+    header = (f'{"size":<9} {"device":<6} {"2nd<":>5} {"speed":>6} {"stride":>6} {"events":>9} '
               f'{"input ev/s":>12} {"ev/s":>12} {"xRT":>6} {"flows/s":>12} {"p50 ms":>7} '
               f'{"p99 ms":>7} {"2nd %":>6} {"vs cpu":>7}')
     print(header)
     print('-' * len(header), flush=True)
-    cases = [(long_context, speed, stride) for long_context in args.long_context_below_px_s
+    cases = [(size, long_context, speed, stride) for size in sizes
+             for long_context in args.long_context_below_px_s
              for speed in args.speed for stride in args.stride]
-    for long_context, speed, stride in cases:
+    for size, long_context, speed, stride in cases:
         cpu_rate = None
         for device in args.device:
             total = args.cpu_events if device == 'cpu' else args.events
-            packets, width, height, span_s = compressed_stream(speed, total)
+            packets, width, height, span_s = compressed_stream(speed, total, size=size)
             events = sum(len(p) for p in packets)
             wall, flows, push_times, again = run_case(
                 model, device, packets, width, height, stride, args.block_ms, long_context)
@@ -138,7 +169,8 @@ def main():
                 f'{"-":>7}'
             p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
                 else (math.nan, math.nan)
-            print(f'{device:<6} {long_context:>5g} {speed:>6g} {stride:>6} {events:>9} '
+            print(f'{f"{width}x{height}":<9} {device:<6} {long_context:>5g} {speed:>6g} '
+                  f'{stride:>6} {events:>9} '
                   f'{events / span_s:>12,.0f} {rate:>12,.0f} {span_s / wall:>6.2f} '
                   f'{flows / wall:>12,.0f} {p50:>7.1f} {p99:>7.1f} '
                   f'{100.0 * again / max(flows, 1):>6.1f} {ratio}', flush=True)

@@ -346,7 +346,8 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
     node_cmd = [sys.executable, '-c', 'import sys; from veckm_flow_ros.ros import main; '
                 'sys.exit(main())', '--ros-args', '-r', f'__node:={NODE_NAME}',
                 '-p', f'model:={args.model}', '-p', 'diagnostics_period_s:=0.5']
-    parameters = {'torch_threads': args.torch_threads, 'compute_threads': args.compute_threads}
+    parameters = {'torch_threads': args.torch_threads, 'compute_threads': args.compute_threads,
+                  'device': args.device}
     if args.block_ms is not None:
         parameters['block_ms'] = args.block_ms
     parameters.update(CONFIGS[config_name])  # a configuration's own values win
@@ -372,7 +373,10 @@ def measure(args, config_name: str, source: str, speed: float, probe) -> dict:
             [sys.executable, __file__, '--role', 'publisher', '--source', source,
              '--speed', str(speed), '--wall-s', str(args.wall_s),
              '--synthetic-rate', str(args.synthetic_rate),
-             '--packet-wall-ms', str(args.packet_wall_ms), '--mode', args.mode],
+             '--packet-wall-ms', str(args.packet_wall_ms), '--mode', args.mode,
+             '--recording', args.recording,
+             '--size', f'{WIDTH if source == "synthetic" else 640}x'
+                       f'{HEIGHT if source == "synthetic" else 480}'],
             env=publisher_env(env, args.publisher_fastdds_profile), cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # CPU is counted from the first packet received to the end of the output.
@@ -495,6 +499,7 @@ def print_table(rows):
 
 
 def main(argv=None):
+    global RECORDING, WIDTH, HEIGHT  # set from the arguments: read by the sources, both roles
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
     parser.add_argument('--role', choices=('main', 'publisher'), default='main')
     parser.add_argument('--model', help='model for the node (path or shipped name)')
@@ -531,9 +536,16 @@ def main(argv=None):
                         help='Fast DDS XML profile of the node process (default: none, Fast '
                              'DDS defaults; the driver profile gives its ~/flow writer a '
                              '16 MiB shared-memory segment)')
+    parser.add_argument('--device', default='cpu', help="the node's device (cpu or cuda)")
+    parser.add_argument('--recording', default=str(RECORDING),
+                        help='the evt3 640x480 bag of the real source')
+    parser.add_argument('--size', default=f'{WIDTH}x{HEIGHT}',
+                        help='sensor WxH of the synthetic source (the real one is 640x480)')
     parser.add_argument('--source', help=argparse.SUPPRESS)
     parser.add_argument('--speed', type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    RECORDING = pathlib.Path(args.recording)
+    WIDTH, HEIGHT = (int(v) for v in args.size.lower().split('x'))
     if args.role == 'publisher':
         return run_publisher(args)
     if not args.model:

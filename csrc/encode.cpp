@@ -25,6 +25,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "encode_math.h"
 #include "ops.h"
 
 namespace veckm_flow {
@@ -91,6 +95,58 @@ void check_encode_args(const at::Tensor& t_ns, const at::Tensor& x, const at::Te
   check_same_device(freq_t, "freq_t", t_ns, "t_ns");
   check_same_device(freq_x, "freq_x", t_ns, "t_ns");
   check_same_device(freq_y, "freq_y", t_ns, "t_ns");
+}
+
+EncodeCall prepare_encode_call(const at::Tensor& t_ns, const at::Tensor& x, const at::Tensor& y,
+                               const at::Tensor& target_index, int64_t width, int64_t height,
+                               const at::Tensor& freq_t, const at::Tensor& freq_x,
+                               const at::Tensor& freq_y, double tau_s, int64_t pixel_radius,
+                               c10::DeviceType device_type, bool zero_outputs) {
+  check_encode_args(t_ns, x, y, target_index, width, height, freq_t, freq_x, freq_y, tau_s,
+                    pixel_radius);
+  TORCH_CHECK(t_ns.device().type() == device_type, "t_ns must be a ", device_type,
+              " tensor for the ", device_type, " kernel, got one on ", t_ns.device());
+  EncodeCall call;
+  call.n = t_ns.numel();
+  call.m = target_index.numel();
+  call.d = freq_t.numel();
+  call.channels = 2 * call.d;
+  call.inv_tau_ns = 1e-9 / tau_s;
+  call.inv_radius = 1.0 / static_cast<double>(pixel_radius);
+  const auto float_options = t_ns.options().dtype(at::kFloat);
+  const auto int_options = t_ns.options().dtype(at::kInt);
+  call.features = zero_outputs ? at::zeros({call.m, call.channels}, float_options)
+                               : at::empty({call.m, call.channels}, float_options);
+  call.count = zero_outputs ? at::zeros({call.m}, int_options) : at::empty({call.m}, int_options);
+  if (call.m > 0) {
+    call.in = contiguous_encode_tensors(t_ns, x, y, target_index, freq_t, freq_x, freq_y);
+    check_target_range(call.in.target_index, call.n);
+  }
+  return call;
+}
+
+namespace {
+
+// Break-even of sparse_encode_pays per backend: the sparse path pays while the targets'
+// windows cover less than this many times the image. CPU: measured (benchmarks/RESULTS.md,
+// "Per-target encoding"); CUDA: a first estimate from the dense kernel's cost per image pixel,
+// to be measured on the GPU (benchmarks/bench_encode_block.py --paths).
+constexpr double kSparseFactorCpu = 0.0;
+constexpr double kSparseFactorCuda = 16.0;
+
+}  // namespace
+
+bool use_sparse_encode(int64_t targets, int64_t width, int64_t height, int64_t pixel_radius,
+                       c10::DeviceType device_type) {
+  const char* forced = std::getenv("VECKM_FLOW_ENCODE_PATH");
+  if (forced != nullptr && forced[0] != '\0' && std::strcmp(forced, "auto") != 0) {
+    TORCH_CHECK(std::strcmp(forced, "dense") == 0 || std::strcmp(forced, "sparse") == 0,
+                "VECKM_FLOW_ENCODE_PATH must be dense, sparse or auto, got '", forced, "'");
+    return std::strcmp(forced, "sparse") == 0;
+  }
+  const double factor = device_type == c10::DeviceType::CUDA ? kSparseFactorCuda
+                                                             : kSparseFactorCpu;
+  return sparse_encode_pays(targets, width, height, pixel_radius, factor);
 }
 
 void check_target_range(const at::Tensor& target_index, int64_t n) {

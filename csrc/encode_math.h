@@ -127,6 +127,105 @@ VECKM_HOST_DEVICE inline void normalise_pooled(double box_re, double box_im, flo
 }
 
 
+// ---- Per-event and per-target steps shared by every kernel ----------------------------------
+
+// exp(i t_j / tau T[k]) of one event (time in tau units) added to (re, im).
+VECKM_HOST_DEVICE inline void add_time_phasor(double time_units, float freq_t_k, float* re,
+                                              float* im) {
+  float cos_t, sin_t;
+  unit_phasor(time_phase(time_units, freq_t_k), &cos_t, &sin_t);
+  *re += cos_t;
+  *im += sin_t;
+}
+
+// (re, im) times exp(i pixel phase) of pixel (x, y): a pixel's time-phasor sum becomes its Q.
+VECKM_HOST_DEVICE inline void apply_pixel_phasor(int32_t x, int32_t y, float freq_x_k,
+                                                 float freq_y_k, double inv_radius, float* re,
+                                                 float* im) {
+  float cos_p, sin_p;
+  unit_phasor(pixel_phase(x, y, freq_x_k, freq_y_k, inv_radius), &cos_p, &sin_p);
+  complex_multiply(re, im, cos_p, sin_p);
+}
+
+// (re, im) times exp(-i t_n / tau T[k]): a target's pooled window becomes its feature.
+VECKM_HOST_DEVICE inline void apply_target_time_phase(double time_units, float freq_t_k,
+                                                      float* re, float* im) {
+  float cos_t, sin_t;
+  unit_phasor(time_phase(time_units, freq_t_k), &cos_t, &sin_t);
+  complex_multiply(re, im, cos_t, -sin_t);
+}
+
+// The window [*low, *high] of a centre coordinate, clamped to [0, extent).
+VECKM_HOST_DEVICE inline void window_span(int64_t centre, int64_t radius, int64_t extent,
+                                          int64_t* low, int64_t* high) {
+  *low = centre - radius < 0 ? 0 : centre - radius;
+  *high = centre + radius > extent - 1 ? extent - 1 : centre + radius;
+}
+
+// ---- The per-target (sparse) path of encode ------------------------------------------------
+//
+// With few targets, the box sums over whole image rows cost more than reading each target's
+// window directly: the sparse path embeds Q only for the pixels inside some target's window
+// and sums each target's (2r+1)^2 window pixel by pixel through a pixel -> slot map (float64
+// sums of the same float32 Q as the dense path: the same values to float32 rounding).
+
+// visit(slot) for every pixel with events (slot_map [H * W]: its slot, or -1) in the
+// (2r+1)^2 window of pixel (x, y), clamped to the image, row by row: the one order in which
+// both backends' sparse paths sum a window.
+template <typename Visit>
+VECKM_HOST_DEVICE inline void for_each_window_slot(const int32_t* slot_map, int32_t x,
+                                                   int32_t y, int64_t width, int64_t height,
+                                                   int64_t radius, Visit&& visit) {
+  int64_t low_x, high_x, low_y, high_y;
+  window_span(x, radius, width, &low_x, &high_x);
+  window_span(y, radius, height, &low_y, &high_y);
+  for (int64_t row = low_y; row <= high_y; ++row) {
+    const int32_t* map_row = slot_map + row * width;
+    for (int64_t column = low_x; column <= high_x; ++column) {
+      if (map_row[column] >= 0) visit(static_cast<int64_t>(map_row[column]));
+    }
+  }
+}
+
+// Window sum of Q for target pixel (x, y), channel k, in float64: slot_embed [slots][2D]
+// re | im, slot_count [slots]. Returns the count C (events in the window).
+template <typename CountT>
+struct WindowChannelSum {
+  const float* slot_embed;
+  const CountT* slot_count;
+  int64_t d, k;
+  double re = 0.0, im = 0.0;
+  int64_t count = 0;
+  VECKM_HOST_DEVICE void operator()(int64_t slot) {
+    re += static_cast<double>(slot_embed[slot * 2 * d + k]);
+    im += static_cast<double>(slot_embed[slot * 2 * d + d + k]);
+    count += slot_count[slot];
+  }
+};
+
+template <typename CountT>
+VECKM_HOST_DEVICE inline int64_t gather_window_channel(
+    const int32_t* slot_map, const float* slot_embed, const CountT* slot_count, int32_t x,
+    int32_t y, int64_t width, int64_t height, int64_t radius, int64_t d, int64_t k, double* re,
+    double* im) {
+  WindowChannelSum<CountT> sum{slot_embed, slot_count, d, k};
+  for_each_window_slot(slot_map, x, y, width, height, radius, sum);
+  *re = sum.re;
+  *im = sum.im;
+  return sum.count;
+}
+
+// Work of the two paths, in units the backends' constants convert to time: the sparse path
+// reads (2r+1)^2 pixels per target, the dense one sums whole image rows. The sparse path is
+// chosen when targets * (2r+1)^2 < sparse_factor * width * height; sparse_factor is the
+// backend's measured break-even (encode.cpp).
+inline bool sparse_encode_pays(int64_t targets, int64_t width, int64_t height, int64_t radius,
+                               double sparse_factor) {
+  const double window = static_cast<double>(2 * radius + 1) * static_cast<double>(2 * radius + 1);
+  return static_cast<double>(targets) * window <
+         sparse_factor * static_cast<double>(width) * static_cast<double>(height);
+}
+
 // ---- The paper's Algorithm 1 as written (encode_naive: the baseline of the kernels above) ---
 //
 // PixelEmbed[p][k] = sum over the events at pixel p of exp(i t_j / tau T[k]), and PixelCount
@@ -159,9 +258,7 @@ VECKM_HOST_DEVICE inline int32_t encode_naive_channel(
       count += pixel_count[pixel];
     }
   }
-  float cos_t, sin_t;
-  unit_phasor(time_phase(time_units, freq_t_k), &cos_t, &sin_t);
-  complex_multiply(&re, &im, cos_t, -sin_t);
+  apply_target_time_phase(time_units, freq_t_k, &re, &im);
   const double scale = sqrt(static_cast<double>(d)) / static_cast<double>(count);
   *out_re = static_cast<float>(re * scale);
   *out_im = static_cast<float>(im * scale);

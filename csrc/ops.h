@@ -23,6 +23,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <tuple>
 
 namespace veckm_flow {
 
@@ -56,6 +57,46 @@ EncodeTensors contiguous_encode_tensors(const at::Tensor& t_ns, const at::Tensor
                                         const at::Tensor& y, const at::Tensor& target_index,
                                         const at::Tensor& freq_t, const at::Tensor& freq_x,
                                         const at::Tensor& freq_y);
+
+// What every encode kernel does first (encode.cpp): the argument checks, the check that t_ns
+// is on `device_type`, the outputs features float32 [M, 2D] and count int32 [M] (zeroed when
+// zero_outputs; invalid targets keep zeros), and, when M > 0, the contiguous tensors and the
+// check of the target indices (check_target_range).
+struct EncodeInputs {
+  const int64_t* t_ns;
+  const int32_t *x, *y;
+  const int64_t* target_index;
+  const float *freq_t, *freq_x, *freq_y;
+};
+struct EncodeCall {
+  int64_t n = 0, m = 0, d = 0, channels = 0;
+  double inv_tau_ns = 0.0, inv_radius = 0.0;
+  at::Tensor features, count;
+  EncodeTensors in;
+  // The inputs' data (M > 0 only).
+  EncodeInputs data() const {
+    return {in.t_ns.data_ptr<int64_t>(),        in.x.data_ptr<int32_t>(),
+            in.y.data_ptr<int32_t>(),           in.target_index.data_ptr<int64_t>(),
+            in.freq_t.data_ptr<float>(),        in.freq_x.data_ptr<float>(),
+            in.freq_y.data_ptr<float>()};
+  }
+};
+EncodeCall prepare_encode_call(const at::Tensor& t_ns, const at::Tensor& x, const at::Tensor& y,
+                               const at::Tensor& target_index, int64_t width, int64_t height,
+                               const at::Tensor& freq_t, const at::Tensor& freq_x,
+                               const at::Tensor& freq_y, double tau_s, int64_t pixel_radius,
+                               c10::DeviceType device_type, bool zero_outputs);
+
+// Whether encode takes its per-target (sparse) path for this call: the environment variable
+// VECKM_FLOW_ENCODE_PATH=dense|sparse forces a path (benchmarks and tests compare the two on
+// the same inputs); otherwise sparse_encode_pays (encode_math.h) with the backend's factor.
+bool use_sparse_encode(int64_t targets, int64_t width, int64_t height, int64_t pixel_radius,
+                       c10::DeviceType device_type);
+
+// The sparse path's CPU kernel (cpu/encode_sparse_cpu.cpp), called by the CPU encode kernel
+// with its prepared call (zeroed outputs); returns encode's results.
+std::tuple<at::Tensor, at::Tensor> encode_sparse_cpu(const EncodeCall& call, int64_t width,
+                                                     int64_t height, int64_t pixel_radius);
 
 // ---- flow_mlp (flow_mlp.cpp) -----------------------------------------------------------------
 extern const char kFlowMlpSchema[];

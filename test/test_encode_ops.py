@@ -34,8 +34,20 @@ def _devices():
 DEVICES = pytest.mark.parametrize('device', _devices())
 # The fast encoding and the paper's Algorithm 1 as written (the benchmark's baseline): the same
 # contract, so the same tests.
-ENCODE_OPS = pytest.mark.parametrize('encode', [ops.encode, ops.encode_naive],
-                                     ids=['encode', 'encode_naive'])
+
+
+def _on_path(path):
+    """ops.encode forced onto one of its two paths (same name, for opcheck)."""
+    def encode(*args):
+        with ops.forced_encode_path(path):
+            return ops.encode(*args)
+    encode.path = path
+    return encode
+
+
+ENCODE_OPS = pytest.mark.parametrize('encode', [_on_path('dense'), _on_path('sparse'),
+                                                ops.encode_naive],
+                                     ids=['encode', 'encode_sparse', 'encode_naive'])
 
 
 def _frequencies(d, seed=0):
@@ -314,15 +326,19 @@ def test_every_op_has_a_wrapper():
         assert callable(getattr(ops, name)) and getattr(ops, name).__doc__
 
 
-@ENCODE_OPS
+# The sparse path is the same op (same schema and fake): opcheck once, on the dense path.
+@pytest.mark.parametrize('encode', [_on_path('dense'), ops.encode_naive],
+                         ids=['encode', 'encode_naive'])
 @DEVICES
 def test_opcheck_encode(encode, device):
     t_ns, x, y = _random_events(200, 16, 12, seed=4, margin=1)
     freq_t, freq_x, freq_y = _frequencies(8)
     targets = torch.arange(0, 200, 7)
     op = getattr(torch.ops.veckm_flow, encode.__name__).default
-    torch.library.opcheck(op, tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in (
-        t_ns, x, y, targets, 16, 12, freq_t, freq_x, freq_y, 0.012, 3)))
+    with ops.forced_encode_path(getattr(encode, 'path', 'auto')):
+        torch.library.opcheck(op, tuple(a.to(device) if isinstance(a, torch.Tensor) else a
+                                        for a in (t_ns, x, y, targets, 16, 12, freq_t, freq_x,
+                                                  freq_y, 0.012, 3)))
 
 
 @DEVICES
@@ -423,3 +439,98 @@ def test_cpu_features_do_not_depend_on_the_thread_count():
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(results[0], other) for other in results[1:])
+
+
+# ---- the two paths of encode on the same inputs ------------------------------------------------
+
+def _sparse_and_dense(device, t_ns, x, y, targets, width, height, radius, seed=0):
+    freqs = [f.to(device) for f in _frequencies(64, seed=seed)]
+    inputs = [a.to(device) for a in (t_ns, x, y, targets)]
+    results = {}
+    for path in ('dense', 'sparse'):
+        with ops.forced_encode_path(path):
+            results[path] = ops.encode(*inputs, width, height, *freqs, 0.012, radius)
+    (dense, dense_count), (sparse, sparse_count) = results['dense'], results['sparse']
+    return dense.cpu(), dense_count.cpu(), sparse.cpu(), sparse_count.cpu()
+
+
+def _pixels_at(pixels, n, seed):
+    generator = torch.Generator().manual_seed(seed)
+    choice = torch.randint(0, len(pixels), (n,), generator=generator)
+    t_ns = torch.randint(0, 24_000_000, (n,), generator=generator).sort().values
+    return t_ns, pixels[choice, 0].int(), pixels[choice, 1].int()
+
+
+def _sparse_case(case):
+    """(t_ns, x, y, targets, width, height, radius) of an edge case of the sparse path."""
+    if case == 'random_with_outside':
+        t_ns, x, y = _random_events(3000, 80, 60, seed=31, margin=4)
+        return t_ns, x, y, torch.arange(0, 3000, 37), 80, 60, 10
+    if case == 'all_targets':
+        t_ns, x, y = _random_events(2000, 50, 40, seed=32)
+        return t_ns, x, y, torch.arange(2000), 50, 40, 8
+    if case == 'one_target':
+        t_ns, x, y = _random_events(2000, 50, 40, seed=33)
+        return t_ns, x, y, torch.tensor([1234]), 50, 40, 8
+    if case == 'single_event':
+        return (torch.tensor([5_000]), torch.tensor([0], dtype=torch.int32),
+                torch.tensor([39], dtype=torch.int32), torch.tensor([0]), 50, 40, 8)
+    if case == 'duplicate_pixels_and_corners':
+        pixels = torch.tensor([[0, 0], [49, 0], [0, 39], [49, 39], [25, 0], [0, 20], [7, 7]])
+        t_ns, x, y = _pixels_at(pixels, 500, seed=34)
+        return t_ns, x, y, torch.tensor([0, 3, 3, 250, 499, 17]), 50, 40, 8
+    if case == 'window_larger_than_image':
+        t_ns, x, y = _random_events(300, 9, 5, seed=35)
+        return t_ns, x, y, torch.arange(0, 300, 5), 9, 5, 10
+    if case == 'targets_outside_only':
+        t_ns, x, y = _random_events(400, 30, 20, seed=36, margin=3)
+        outside = torch.nonzero((x < 0) | (x >= 30) | (y < 0) | (y >= 20)).flatten()
+        return t_ns, x, y, outside[:5], 30, 20, 4
+    assert case == 'no_targets'
+    t_ns, x, y = _random_events(400, 30, 20, seed=37)
+    return t_ns, x, y, torch.empty(0, dtype=torch.int64), 30, 20, 4
+
+
+SPARSE_CASES = ['random_with_outside', 'all_targets', 'one_target', 'single_event',
+                'duplicate_pixels_and_corners', 'window_larger_than_image',
+                'targets_outside_only', 'no_targets']
+
+
+@DEVICES
+@pytest.mark.parametrize('case', SPARSE_CASES)
+def test_sparse_path_equals_dense_path(device, case):
+    # The two paths sum the same Q (float32) in float64 in different orders (and, on the CPU,
+    # the dense path's phasors come from tables and its column sums are float32): equal counts,
+    # features within float32 rounding of the largest feature.
+    t_ns, x, y, targets, width, height, radius = _sparse_case(case)
+    dense, dense_count, sparse, sparse_count = _sparse_and_dense(
+        device, t_ns, x, y, targets, width, height, radius)
+    assert torch.equal(dense_count, sparse_count)
+    assert sparse.shape == dense.shape == (len(targets), 128)
+    assert torch.isfinite(sparse).all()
+    if len(targets):
+        assert _relative_error(sparse, dense.double()) <= (4e-6 if device == 'cpu' else 1e-6)
+    invalid = sparse_count == 0
+    assert not sparse[invalid].any()  # targets outside the image: zero features
+
+
+@DEVICES
+def test_sparse_path_on_a_large_sparse_frame(device):
+    # A 640 x 480 frame with 1 % targets: the case the sparse path exists for.
+    t_ns, x, y = _random_events(40_000, 640, 480, seed=38)
+    targets = torch.arange(0, 40_000, 100)
+    dense, dense_count, sparse, sparse_count = _sparse_and_dense(
+        device, t_ns, x, y, targets, 640, 480, 10)
+    assert torch.equal(dense_count, sparse_count)
+    assert _relative_error(sparse, dense.double()) <= (4e-6 if device == 'cpu' else 1e-6)
+
+
+def test_encode_path_variable_is_checked(monkeypatch):
+    t_ns, x, y = _random_events(50, 16, 12, seed=39)
+    freqs = _frequencies(8)
+    monkeypatch.setenv(ops.ENCODE_PATH_VARIABLE, 'fastest')
+    with pytest.raises(RuntimeError, match="must be dense, sparse or auto, got 'fastest'"):
+        ops.encode(t_ns, x, y, torch.tensor([0]), 16, 12, *freqs, 0.012, 3)
+    with pytest.raises(ValueError, match="got 'fastest'"):
+        with ops.forced_encode_path('fastest'):
+            pass

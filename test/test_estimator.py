@@ -502,3 +502,73 @@ def test_rotation_mean_option_on_the_demo_scene(model, project_root):
     assert results[True]['pos'] > results[False]['pos'], results
     assert results[True]['rel_pee'] < results[False]['rel_pee'], results
     assert results[True]['pos'] >= 0.95, results
+
+
+# ---- the device path's host-side logic, run on the CPU -------------------------------------
+
+@pytest.mark.parametrize('span_ns', [5_000, 3_000_000_000])
+def test_packed_upload_round_trip_is_exact(span_ns):
+    """One packed copy per batch: int32 time offsets when the span allows, int64 beyond."""
+    from veckm_flow_ros.core.device_staging import EventUploader, MAX_INT32_SPAN_NS
+    rng = np.random.default_rng(9)
+    t_ns = 1_700_000_000_000_000_000 + rng.integers(0, span_ns, 5000)  # not sorted
+    x = rng.integers(0, 65536, 5000).astype(np.int32)  # the full uint16 range
+    y = rng.integers(0, 65536, 5000).astype(np.int32)
+    uploader = EventUploader(torch.device('cpu'))
+    for batch in range(3):  # the staging buffers alternate and are reused
+        part = slice(batch * 1000, batch * 1000 + 1000 + batch)
+        t_dev, x_dev, y_dev = uploader.upload(t_ns[part], x[part], y[part])
+        assert (t_dev.dtype, x_dev.dtype, y_dev.dtype) == (torch.int64, torch.int32,
+                                                           torch.int32)
+        np.testing.assert_array_equal(t_dev.numpy(), t_ns[part])
+        np.testing.assert_array_equal(x_dev.numpy(), x[part])
+        np.testing.assert_array_equal(y_dev.numpy(), y[part])
+    per_event = uploader.bytes_uploaded / (3000 + 3)
+    assert per_event == (8 if span_ns <= MAX_INT32_SPAN_NS else 12)
+    assert uploader.uploads == 3
+
+
+def test_mirrored_buffer_matches_the_host_columns():
+    """The device mirror (here on the CPU) follows appends, disorder merges and compaction."""
+    from veckm_flow_ros.core.event_buffer import EventBuffer
+    buffer = EventBuffer(torch.device('cpu'), mirror=True)
+    rng = np.random.default_rng(10)
+    t_ns, index = 0, 0
+    for round_ in range(60):
+        count = int(rng.integers(1, 3000))
+        times = t_ns + np.sort(rng.integers(0, 1_000_000, count))
+        if round_ % 7 == 3:
+            times = times - 500_000  # older than the newest: merged in time order
+        buffer.append(times, rng.integers(0, WIDTH, count).astype(np.int32),
+                      rng.integers(0, HEIGHT, count).astype(np.int32),
+                      np.arange(index, index + count))
+        index += count
+        t_ns = int(times.max())
+        buffer.drop_before(buffer.end - int(rng.integers(100, 6000)))
+        mirror = buffer.device_columns(buffer.start, buffer.end)
+        host = (buffer.t_ns, buffer.x, buffer.y)
+        for column, expected in zip(mirror, host):
+            np.testing.assert_array_equal(column.numpy(), expected[buffer.start:buffer.end])
+
+
+def test_strided_targets_travel_as_a_range():
+    """Every stride-th event of a block is a (begin, end, step) range made on the device."""
+    from veckm_flow_ros.core.estimator import _constant_step
+    assert _constant_step(np.arange(5, 100, 8)) == 8
+    assert _constant_step(np.arange(3, 9)) == 1
+    assert _constant_step(np.array([4])) == 1
+    assert _constant_step(np.array([], np.int64)) == 0
+    assert _constant_step(np.array([0, 8, 16, 25])) == 0
+    assert _constant_step(np.array([0, 2, 3, 6])) == 0
+    estimator = NormalFlowEstimator(tiny_model(), WIDTH, HEIGHT, target_stride=8)
+    seen = []
+    predict = estimator._encode_and_predict
+
+    def recording(context, targets):
+        seen.append(targets)
+        return predict(context, targets)
+    estimator._encode_and_predict = recording
+    blocks = estimator.push(random_stream(n=6000)) + estimator.flush()
+    assert blocks and any(isinstance(t, tuple) and t[2] == 8 for t in seen)
+    flows = FlowBlock.concatenate(blocks)
+    np.testing.assert_array_equal(flows.event_index, np.arange(0, 6000, 8))

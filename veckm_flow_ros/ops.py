@@ -26,7 +26,9 @@ baseline of the benchmark), flow_mlp, flow_mlp_c4 and the EventPacket decoders d
 decode_libcaer_cmp, decode_libcaer, decode_mono and decode_trigger (CPU only).
 """
 
-from typing import Sequence, Tuple
+import contextlib
+import os
+from typing import Iterator, Sequence, Tuple
 
 import torch
 
@@ -60,12 +62,41 @@ def encode(t_ns: torch.Tensor, x: torch.Tensor, y: torch.Tensor, target_index: t
 
     f_n[k] = sqrt(D)/C_n sum_j exp(i[(t_j - t_n)/tau T[k] + (x_j - x_n)/r X[k]
     + (y_j - y_n)/r Y[k]]), over the events j whose pixel lies in the (2r+1)^2 window of the
-    target's pixel (the target included); C_n is their number. Box sums over pixels: the cost
-    does not depend on r.
+    target's pixel (the target included); C_n is their number. Two paths, the same results
+    (to float32 rounding): box sums over image rows, whose cost does not depend on r, or, when
+    the targets' windows cover little of the image, a sum over each target's window (the
+    kernel picks by a cost model; forced_encode_path overrides it).
     """
     return torch.ops.veckm_flow.encode.default(
         t_ns, x, y, target_index, int(width), int(height), freq_t, freq_x, freq_y,
         float(tau_s), int(pixel_radius))
+
+
+# The environment variable that forces encode's path: dense, sparse or auto (the cost model).
+ENCODE_PATH_VARIABLE = 'VECKM_FLOW_ENCODE_PATH'
+ENCODE_PATHS = ('auto', 'dense', 'sparse')
+
+
+@contextlib.contextmanager
+def forced_encode_path(path: str) -> Iterator[None]:
+    """
+    Within the block, make every encode call of this process take `path`.
+
+    path: 'dense' (box sums over image rows), 'sparse' (per-target window sums) or 'auto'
+    (the kernel's cost model). For benchmarks and tests that compare the two paths on the
+    same inputs; it sets ENCODE_PATH_VARIABLE, so it is process-wide, not per thread.
+    """
+    if path not in ENCODE_PATHS:
+        raise ValueError(f'encode path must be one of {ENCODE_PATHS}, got {path!r}')
+    previous = os.environ.get(ENCODE_PATH_VARIABLE)
+    os.environ[ENCODE_PATH_VARIABLE] = path
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[ENCODE_PATH_VARIABLE]
+        else:
+            os.environ[ENCODE_PATH_VARIABLE] = previous
 
 
 def encode_naive(t_ns: torch.Tensor, x: torch.Tensor, y: torch.Tensor,

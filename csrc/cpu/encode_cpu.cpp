@@ -553,6 +553,12 @@ std::tuple<at::Tensor, at::Tensor> encode_cpu(const at::Tensor& t_ns_in, const a
   check_encode_args(t_ns_in, x_in, y_in, target_index_in, width, height, freq_t_in, freq_x_in,
                     freq_y_in, tau_s, pixel_radius);
   TORCH_CHECK(t_ns_in.device().is_cpu(), "t_ns must be a CPU tensor for the CPU kernel");
+  if (use_sparse_encode(target_index_in.numel(), width, height, pixel_radius, c10::kCPU)) {
+    return encode_sparse_cpu(
+        prepare_encode_call(t_ns_in, x_in, y_in, target_index_in, width, height, freq_t_in,
+                            freq_x_in, freq_y_in, tau_s, pixel_radius, c10::kCPU, true),
+        width, height, pixel_radius);
+  }
   const int64_t n = t_ns_in.numel();
   const int64_t m = target_index_in.numel();
   const int64_t d = freq_t_in.numel();

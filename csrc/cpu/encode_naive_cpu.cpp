@@ -35,29 +35,17 @@ std::tuple<at::Tensor, at::Tensor> encode_naive_cpu(
     const at::Tensor& target_index_in, int64_t width, int64_t height,
     const at::Tensor& freq_t_in, const at::Tensor& freq_x_in, const at::Tensor& freq_y_in,
     double tau_s, int64_t pixel_radius) {
-  check_encode_args(t_ns_in, x_in, y_in, target_index_in, width, height, freq_t_in, freq_x_in,
-                    freq_y_in, tau_s, pixel_radius);
-  TORCH_CHECK(t_ns_in.device().is_cpu(), "t_ns must be a CPU tensor for the CPU kernel");
-  const int64_t n = t_ns_in.numel();
-  const int64_t m = target_index_in.numel();
-  const int64_t d = freq_t_in.numel();
-  const int64_t channels = 2 * d;
-  auto features = at::zeros({m, channels}, t_ns_in.options().dtype(at::kFloat));
-  auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
+  EncodeCall call = prepare_encode_call(t_ns_in, x_in, y_in, target_index_in, width, height,
+                                        freq_t_in, freq_x_in, freq_y_in, tau_s, pixel_radius,
+                                        c10::DeviceType::CPU, /*zero_outputs=*/true);
+  const int64_t n = call.n, m = call.m, d = call.d, channels = call.channels;
+  auto features = call.features, count = call.count;
   if (m == 0) return {features, count};
-  check_target_range(target_index_in, n);
-
-  const auto [t_ns, x, y, target_index, freq_t, freq_x, freq_y] = contiguous_encode_tensors(
-      t_ns_in, x_in, y_in, target_index_in, freq_t_in, freq_x_in, freq_y_in);
-  const int64_t* t_ptr = t_ns.data_ptr<int64_t>();
-  const int32_t* x_ptr = x.data_ptr<int32_t>();
-  const int32_t* y_ptr = y.data_ptr<int32_t>();
-  const int64_t* target_ptr = target_index.data_ptr<int64_t>();
-  const float* freq_t_ptr = freq_t.data_ptr<float>();
-  const float* freq_x_ptr = freq_x.data_ptr<float>();
-  const float* freq_y_ptr = freq_y.data_ptr<float>();
-  const double inv_tau_ns = 1e-9 / tau_s;
-  const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
+  const EncodeInputs in = call.data();
+  const int64_t *t_ptr = in.t_ns, *target_ptr = in.target_index;
+  const int32_t *x_ptr = in.x, *y_ptr = in.y;
+  const float *freq_t_ptr = in.freq_t, *freq_x_ptr = in.freq_x, *freq_y_ptr = in.freq_y;
+  const double inv_tau_ns = call.inv_tau_ns, inv_radius = call.inv_radius;
 
   // PixelEmbed and PixelCount over the whole image.
   auto pixel_embed = at::zeros({height * width, channels}, features.options());
@@ -70,10 +58,8 @@ std::tuple<at::Tensor, at::Tensor> encode_naive_cpu(
     ++pixel_count_ptr[pixel];
     const double units = relative_time_units(t_ptr[j], t_ptr[0], inv_tau_ns);
     for (int64_t k = 0; k < d; ++k) {
-      float cos_t, sin_t;
-      unit_phasor(time_phase(units, freq_t_ptr[k]), &cos_t, &sin_t);
-      embed_ptr[pixel * channels + k] += cos_t;
-      embed_ptr[pixel * channels + d + k] += sin_t;
+      add_time_phasor(units, freq_t_ptr[k], &embed_ptr[pixel * channels + k],
+                      &embed_ptr[pixel * channels + d + k]);
     }
   }
   // The window's spatial phasors exp(i (dx X + dy Y) / r).

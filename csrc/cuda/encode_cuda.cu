@@ -25,6 +25,11 @@
 //     sqrt(D)/C;
 //  4. per target event: times exp(-i its time phase).
 // Rows are processed in chunks that bound the float64 column-sum buffer.
+// With few targets (use_sparse_encode, ../encode.cpp) the per-target path replaces 3-4: Q only
+// for the slots inside some target's window, then one thread per (target event, k) sums its
+// window through the pixel -> slot map (gather_window_channel, shared with the CPU's sparse
+// path) and finishes the feature: no column sums over whole rows, and no host sync for the
+// target pixels and rows.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
@@ -36,21 +41,17 @@
 
 #include "../encode_math.h"
 #include "../ops.h"
+#include "launch.cuh"
 
 namespace veckm_flow {
 namespace {
 
-constexpr int kThreads = 256;
 // Bound on the float64 column-sum buffer per chunk of target rows.
 constexpr int64_t kColumnSumBytes = int64_t{512} << 20;
 
-inline unsigned int blocks_for(int64_t items) {
-  return static_cast<unsigned int>((items + kThreads - 1) / kThreads);
-}
-
 __global__ void pixel_key_kernel(const int32_t* x, const int32_t* y, int64_t n, int64_t width,
                                  int64_t height, int32_t* key) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t j = item_index();
   if (j >= n) return;
   const bool inside = x[j] >= 0 && x[j] < width && y[j] >= 0 && y[j] < height;
   // width * height <= 2^30 (checked), so keys and the outside key fit in int32.
@@ -60,7 +61,7 @@ __global__ void pixel_key_kernel(const int32_t* x, const int32_t* y, int64_t n, 
 // run_start[j] = 1 where a run of equal in-image keys begins in the sorted keys.
 __global__ void run_start_kernel(const int32_t* sorted_key, int64_t n, int32_t outside_key,
                                  uint8_t* run_start) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t j = item_index();
   if (j >= n) return;
   run_start[j] = sorted_key[j] != outside_key && (j == 0 || sorted_key[j] != sorted_key[j - 1]);
 }
@@ -70,7 +71,7 @@ __global__ void run_start_kernel(const int32_t* sorted_key, int64_t n, int32_t o
 __global__ void event_slot_kernel(const int64_t* order, const int32_t* sorted_key,
                                   const int64_t* run_count, int64_t n, int32_t outside_key,
                                   int64_t* event_slot) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t j = item_index();
   if (j >= n) return;
   event_slot[order[j]] = sorted_key[j] == outside_key ? -1 : run_count[j] - 1;
 }
@@ -79,7 +80,7 @@ __global__ void event_slot_kernel(const int64_t* order, const int32_t* sorted_ke
 __global__ void mark_targets_kernel(const int64_t* target_slot, int64_t m,
                                     const int64_t* slot_key, int64_t width, uint8_t* slot_flag,
                                     uint8_t* row_flag) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t i = item_index();
   if (i >= m) return;
   const int64_t slot = target_slot[i];
   if (slot < 0) return;
@@ -90,38 +91,83 @@ __global__ void mark_targets_kernel(const int64_t* target_slot, int64_t m,
 // Index of each target event's pixel among the target pixels (-1: outside the image).
 __global__ void compact_targets_kernel(const int64_t* target_slot, int64_t m,
                                        const int64_t* slot_to_target, int64_t* target_compact) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t i = item_index();
   if (i >= m) return;
   const int64_t slot = target_slot[i];
   target_compact[i] = slot < 0 ? -1 : slot_to_target[slot];
 }
 
+// needed [slots] (nullptr: every slot): only the flagged slots are embedded.
 __global__ void embed_slot_kernel(const int64_t* order, const int64_t* slot_start,
                                   const int64_t* slot_key, int64_t num_slots,
-                                  const int64_t* t_ns, double inv_tau_ns, const float* freq_t,
-                                  const float* freq_x, const float* freq_y, double inv_radius,
-                                  int64_t width, int64_t d, float* slot_embed) {
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= num_slots * d) return;
-  const int64_t slot = item / d;
-  const int64_t k = item % d;
+                                  const uint8_t* needed, const int64_t* t_ns, double inv_tau_ns,
+                                  const float* freq_t, const float* freq_x, const float* freq_y,
+                                  double inv_radius, int64_t width, int64_t d,
+                                  float* slot_embed) {
+  int64_t slot, k;
+  if (!item_and_channel(num_slots, d, &slot, &k)) return;
+  if (needed != nullptr && needed[slot] == 0) return;
   const int64_t t_ref_ns = t_ns[0];
   float re = 0.0f, im = 0.0f;
   for (int64_t i = slot_start[slot]; i < slot_start[slot + 1]; ++i) {
-    float c, s;
-    unit_phasor(time_phase(relative_time_units(t_ns[order[i]], t_ref_ns, inv_tau_ns),
-                           freq_t[k]),
-                &c, &s);
-    re += c;
-    im += s;
+    add_time_phasor(relative_time_units(t_ns[order[i]], t_ref_ns, inv_tau_ns), freq_t[k], &re,
+                    &im);
   }
-  const auto x = static_cast<int32_t>(slot_key[slot] % width);
-  const auto y = static_cast<int32_t>(slot_key[slot] / width);
-  float c, s;
-  unit_phasor(pixel_phase(x, y, freq_x[k], freq_y[k], inv_radius), &c, &s);
-  complex_multiply(&re, &im, c, s);
+  apply_pixel_phasor(static_cast<int32_t>(slot_key[slot] % width),
+                     static_cast<int32_t>(slot_key[slot] / width), freq_x[k], freq_y[k],
+                     inv_radius, &re, &im);
   slot_embed[slot * 2 * d + k] = re;
   slot_embed[slot * 2 * d + d + k] = im;
+}
+
+// Sparse path: flags the slots inside the window of some target (one thread per (target
+// event, window pixel); all writers write 1).
+__global__ void mark_window_slots_kernel(const int64_t* target_slot, int64_t m,
+                                         const int64_t* slot_key, const int32_t* slot_map,
+                                         int64_t width, int64_t height, int64_t radius,
+                                         uint8_t* needed) {
+  const int64_t side = 2 * radius + 1;
+  const int64_t item = item_index();
+  if (item >= m * side * side) return;
+  const int64_t slot = target_slot[item / (side * side)];
+  if (slot < 0) return;
+  const int64_t pixel_x = slot_key[slot] % width + item % side - radius;
+  const int64_t pixel_y = slot_key[slot] / width + (item / side) % side - radius;
+  if (pixel_x < 0 || pixel_x >= width || pixel_y < 0 || pixel_y >= height) return;
+  const int32_t window_slot = slot_map[pixel_y * width + pixel_x];
+  if (window_slot >= 0) needed[window_slot] = 1;
+}
+
+// Sparse path: one thread per (target event, k): the window sum, normalised, times the
+// target's own time phase. Targets outside the image keep their zeros.
+__global__ void gather_targets_kernel(const int64_t* target_index, const int64_t* target_slot,
+                                      int64_t m, const int64_t* slot_key,
+                                      const int32_t* slot_map, const float* slot_embed,
+                                      const int64_t* slot_count, const int64_t* t_ns,
+                                      double inv_tau_ns, const float* freq_t,
+                                      const float* freq_x, const float* freq_y,
+                                      double inv_radius, int64_t width, int64_t height,
+                                      int64_t radius, int64_t d, float* features,
+                                      int32_t* count) {
+  int64_t i, k;
+  if (!item_and_channel(m, d, &i, &k)) return;
+  const int64_t slot = target_slot[i];
+  if (slot < 0) return;
+  const auto x = static_cast<int32_t>(slot_key[slot] % width);
+  const auto y = static_cast<int32_t>(slot_key[slot] / width);
+  double re, im;
+  const int64_t window_count = gather_window_channel(slot_map, slot_embed, slot_count, x, y,
+                                                     width, height, radius, d, k, &re, &im);
+  // window_count >= 1: the target pixel holds the target event itself.
+  const double scale = sqrt(static_cast<double>(d)) / static_cast<double>(window_count);
+  float out_re, out_im;
+  normalise_pooled(re, im, pixel_phase(x, y, freq_x[k], freq_y[k], inv_radius), scale, &out_re,
+                   &out_im);
+  apply_target_time_phase(relative_time_units(t_ns[target_index[i]], t_ns[0], inv_tau_ns),
+                          freq_t[k], &out_re, &out_im);
+  features[i * 2 * d + k] = out_re;
+  features[i * 2 * d + d + k] = out_im;
+  if (k == 0) count[i] = static_cast<int32_t>(window_count);
 }
 
 // Column sums over rows [row - r, row + r] for the target rows of this chunk (sorted,
@@ -139,7 +185,7 @@ __global__ void column_sum_kernel(const int32_t* target_rows, int64_t rows_in_ch
                                   int64_t* column_count) {
   const int64_t channels = 2 * d;
   const int64_t segments = (rows_in_chunk + kRowsPerSegment - 1) / kRowsPerSegment;
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t item = item_index();
   if (item >= segments * width * channels) return;
   const int64_t channel = item % channels;
   const int64_t column = (item / channels) % width;
@@ -188,10 +234,8 @@ __global__ void box_sum_kernel(const int64_t* target_slot_key, const int32_t* ta
                                const float* freq_x, const float* freq_y, double inv_radius,
                                int64_t width, int64_t radius, int64_t d, float* pooled,
                                int32_t* pooled_count) {
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= num_target_slots * d) return;
-  const int64_t target = item / d;
-  const int64_t k = item % d;
+  int64_t target, k;
+  if (!item_and_channel(num_target_slots, d, &target, &k)) return;
   const int64_t row_index = target_row_index[target];
   if (row_index < chunk_begin || row_index >= chunk_end) return;
   const int64_t local_row = row_index - chunk_begin;
@@ -220,20 +264,15 @@ __global__ void finish_targets_kernel(const int64_t* target_index, const int64_t
                                       const float* freq_t, int64_t d, const float* pooled,
                                       const int32_t* pooled_count, float* features,
                                       int32_t* count) {
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= m * d) return;
-  const int64_t i = item / d;
-  const int64_t k = item % d;
+  int64_t i, k;
+  if (!item_and_channel(m, d, &i, &k)) return;
   const int64_t target = target_compact[i];
   if (target < 0) return;  // outside the image: count 0, zero features (invalid)
   const int64_t channels = 2 * d;
-  float c, s;
-  unit_phasor(time_phase(relative_time_units(t_ns[target_index[i]], t_ns[0], inv_tau_ns),
-                         freq_t[k]),
-              &c, &s);
   float re = pooled[target * channels + k];
   float im = pooled[target * channels + d + k];
-  complex_multiply(&re, &im, c, -s);
+  apply_target_time_phase(relative_time_units(t_ns[target_index[i]], t_ns[0], inv_tau_ns),
+                          freq_t[k], &re, &im);
   features[i * channels + k] = re;
   features[i * channels + d + k] = im;
   if (k == 0) count[i] = pooled_count[target];
@@ -246,34 +285,29 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
                                                const at::Tensor& freq_x_in,
                                                const at::Tensor& freq_y_in, double tau_s,
                                                int64_t pixel_radius) {
-  check_encode_args(t_ns_in, x_in, y_in, target_index_in, width, height, freq_t_in, freq_x_in,
-                    freq_y_in, tau_s, pixel_radius);
-  TORCH_CHECK(t_ns_in.is_cuda(), "t_ns must be a CUDA tensor for the CUDA kernel");
   const c10::cuda::CUDAGuard device_guard(t_ns_in.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t n = t_ns_in.numel();
-  const int64_t m = target_index_in.numel();
-  const int64_t d = freq_t_in.numel();
-  const int64_t channels = 2 * d;
-  const auto long_options = t_ns_in.options().dtype(at::kLong);
-  auto features = at::zeros({m, channels}, t_ns_in.options().dtype(at::kFloat));
-  auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
+  EncodeCall call = prepare_encode_call(t_ns_in, x_in, y_in, target_index_in, width, height,
+                                        freq_t_in, freq_x_in, freq_y_in, tau_s, pixel_radius,
+                                        c10::DeviceType::CUDA, /*zero_outputs=*/true);
+  const int64_t n = call.n, m = call.m, d = call.d, channels = call.channels;
+  auto features = call.features, count = call.count;
   if (m == 0) return {features, count};
-  const auto [t_ns, x, y, target_index, freq_t, freq_x, freq_y] = contiguous_encode_tensors(
-      t_ns_in, x_in, y_in, target_index_in, freq_t_in, freq_x_in, freq_y_in);
-  check_target_range(target_index, n);
-  const double inv_tau_ns = 1e-9 / tau_s;
-  const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
+  const EncodeInputs in = call.data();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const double inv_tau_ns = call.inv_tau_ns, inv_radius = call.inv_radius;
   const int64_t outside_key = width * height;
+  const bool sparse = use_sparse_encode(m, width, height, pixel_radius, c10::DeviceType::CUDA);
 
   // 1. Slots: sort events by pixel id (int32 keys: half the radix passes of int64);
   //    out-of-image events sort last under outside_key. Host syncs in this function: the
-  //    target range check and the three nonzero() sizes below.
+  //    target range check and the nonzero() sizes below (one on the sparse path, three on the
+  //    dense one).
+  const auto long_options = t_ns_in.options().dtype(at::kLong);
   const auto int_options = t_ns_in.options().dtype(at::kInt);
   const auto byte_options = t_ns_in.options().dtype(at::kByte);
   auto key = at::empty({n}, int_options);
-  pixel_key_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-      x.data_ptr<int32_t>(), y.data_ptr<int32_t>(), n, width, height, key.data_ptr<int32_t>());
+  pixel_key_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in.x, in.y, n, width, height,
+                                                           key.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto [sorted_key, order] = at::sort(key);
   sorted_key = sorted_key.contiguous();
@@ -292,7 +326,7 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
       order.data_ptr<int64_t>(), sorted_key.data_ptr<int32_t>(), run_count.data_ptr<int64_t>(),
       n, static_cast<int32_t>(outside_key), event_slot.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto target_slot = event_slot.index_select(0, target_index).contiguous();
+  auto target_slot = event_slot.index_select(0, call.in.target_index).contiguous();
   auto slot_key = sorted_key.index_select(0, slot_first).to(at::kLong).contiguous();
   // Slot j holds the sorted events [slot_start[j], slot_start[j + 1]); the last slot ends
   // where the out-of-image events begin.
@@ -300,17 +334,36 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   auto slot_start = at::cat({slot_first, inside_events.reshape({1})}).contiguous();
   auto slot_count =
       (slot_start.narrow(0, 1, num_slots) - slot_start.narrow(0, 0, num_slots)).contiguous();
+  auto slot_map = at::full({height * width}, -1, int_options);
+  slot_map.index_put_({slot_key}, at::arange(num_slots, int_options));
 
-  // 2. Q per slot.
+  // 2. Q per slot (sparse: only the slots inside some target's window).
+  at::Tensor needed;
+  if (sparse) {
+    needed = at::zeros({num_slots}, byte_options);
+    const int64_t side = 2 * pixel_radius + 1;
+    mark_window_slots_kernel<<<blocks_for(m * side * side), kThreads, 0, stream>>>(
+        target_slot.data_ptr<int64_t>(), m, slot_key.data_ptr<int64_t>(),
+        slot_map.data_ptr<int32_t>(), width, height, pixel_radius, needed.data_ptr<uint8_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   auto slot_embed = at::empty({num_slots, channels}, features.options());
   embed_slot_kernel<<<blocks_for(num_slots * d), kThreads, 0, stream>>>(
       order.data_ptr<int64_t>(), slot_start.data_ptr<int64_t>(), slot_key.data_ptr<int64_t>(),
-      num_slots, t_ns.data_ptr<int64_t>(), inv_tau_ns, freq_t.data_ptr<float>(),
-      freq_x.data_ptr<float>(), freq_y.data_ptr<float>(), inv_radius, width, d,
-      slot_embed.data_ptr<float>());
+      num_slots, sparse ? needed.data_ptr<uint8_t>() : nullptr, in.t_ns, inv_tau_ns,
+      in.freq_t, in.freq_x, in.freq_y, inv_radius, width, d, slot_embed.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto slot_map = at::full({height * width}, -1, int_options);
-  slot_map.index_put_({slot_key}, at::arange(num_slots, int_options));
+
+  if (sparse) {  // 3-4 per target event
+    gather_targets_kernel<<<blocks_for(m * d), kThreads, 0, stream>>>(
+        in.target_index, target_slot.data_ptr<int64_t>(), m, slot_key.data_ptr<int64_t>(),
+        slot_map.data_ptr<int32_t>(), slot_embed.data_ptr<float>(),
+        slot_count.data_ptr<int64_t>(), in.t_ns, inv_tau_ns, in.freq_t, in.freq_x, in.freq_y,
+        inv_radius, width, height, pixel_radius, d, features.data_ptr<float>(),
+        count.data_ptr<int32_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return {features, count};
+  }
 
   // Target pixels (slots holding targets, ascending) and the rows holding them (ascending).
   auto slot_flag = at::zeros({num_slots}, byte_options);
@@ -345,7 +398,7 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   const int64_t rows_per_chunk =
       std::max<int64_t>(1, std::min<int64_t>(num_target_rows, kColumnSumBytes / row_bytes));
   auto column_sum = at::empty({rows_per_chunk, width, channels},
-                              t_ns.options().dtype(at::kDouble));
+                              t_ns_in.options().dtype(at::kDouble));
   auto column_count = at::empty({rows_per_chunk, width}, long_options);
   for (int64_t chunk_begin = 0; chunk_begin < num_target_rows; chunk_begin += rows_per_chunk) {
     const int64_t rows = std::min(rows_per_chunk, num_target_rows - chunk_begin);
@@ -358,16 +411,14 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
     box_sum_kernel<<<blocks_for(num_target_slots * d), kThreads, 0, stream>>>(
         target_slot_key.data_ptr<int64_t>(), target_row_index.data_ptr<int32_t>(),
         num_target_slots, chunk_begin, chunk_begin + rows, column_sum.data_ptr<double>(),
-        column_count.data_ptr<int64_t>(), freq_x.data_ptr<float>(), freq_y.data_ptr<float>(),
-        inv_radius, width, pixel_radius, d, pooled.data_ptr<float>(),
-        pooled_count.data_ptr<int32_t>());
+        column_count.data_ptr<int64_t>(), in.freq_x, in.freq_y, inv_radius, width,
+        pixel_radius, d, pooled.data_ptr<float>(), pooled_count.data_ptr<int32_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
   // 4. Per target event.
   finish_targets_kernel<<<blocks_for(m * d), kThreads, 0, stream>>>(
-      target_index.data_ptr<int64_t>(), target_compact.data_ptr<int64_t>(), m,
-      t_ns.data_ptr<int64_t>(), inv_tau_ns, freq_t.data_ptr<float>(), d,
+      in.target_index, target_compact.data_ptr<int64_t>(), m, in.t_ns, inv_tau_ns, in.freq_t, d,
       pooled.data_ptr<float>(), pooled_count.data_ptr<int32_t>(), features.data_ptr<float>(),
       count.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

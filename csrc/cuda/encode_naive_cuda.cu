@@ -30,30 +30,22 @@
 
 #include "../encode_math.h"
 #include "../ops.h"
+#include "launch.cuh"
 
 namespace veckm_flow {
 namespace {
-
-constexpr int kThreads = 256;
-
-inline unsigned int blocks_for(int64_t items) {
-  return static_cast<unsigned int>((items + kThreads - 1) / kThreads);
-}
 
 __global__ void pixel_embed_kernel(const int64_t* t_ns, const int32_t* x, const int32_t* y,
                                    int64_t n, int64_t width, int64_t height, double inv_tau_ns,
                                    const float* freq_t, int64_t d, float* pixel_embed,
                                    int32_t* pixel_count) {
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= n * d) return;
-  const int64_t j = item / d;
-  const int64_t k = item % d;
+  int64_t j, k;
+  if (!item_and_channel(n, d, &j, &k)) return;
   if (x[j] < 0 || x[j] >= width || y[j] < 0 || y[j] >= height) return;
   const int64_t pixel = y[j] * width + x[j];
   if (k == 0) atomicAdd(&pixel_count[pixel], 1);
-  float cos_t, sin_t;
-  unit_phasor(time_phase(relative_time_units(t_ns[j], t_ns[0], inv_tau_ns), freq_t[k]), &cos_t,
-              &sin_t);
+  float cos_t = 0.0f, sin_t = 0.0f;
+  add_time_phasor(relative_time_units(t_ns[j], t_ns[0], inv_tau_ns), freq_t[k], &cos_t, &sin_t);
   atomicAdd(&pixel_embed[pixel * 2 * d + k], cos_t);
   atomicAdd(&pixel_embed[pixel * 2 * d + d + k], sin_t);
 }
@@ -61,10 +53,8 @@ __global__ void pixel_embed_kernel(const int64_t* t_ns, const int32_t* x, const 
 __global__ void window_phasor_kernel(const float* freq_x, const float* freq_y, double inv_radius,
                                      int64_t radius, int64_t d, float* window_phasor) {
   const int64_t side = 2 * radius + 1;
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= side * side * d) return;
-  const int64_t window = item / d;
-  const int64_t k = item % d;
+  int64_t window, k;
+  if (!item_and_channel(side * side, d, &window, &k)) return;
   const auto dx = static_cast<int32_t>(window % side - radius);
   const auto dy = static_cast<int32_t>(window / side - radius);
   unit_phasor(pixel_phase(dx, dy, freq_x[k], freq_y[k], inv_radius),
@@ -77,10 +67,8 @@ __global__ void encode_naive_kernel(const int64_t* t_ns, const int32_t* x, const
                                     const float* freq_t, int64_t d, const float* pixel_embed,
                                     const int32_t* pixel_count, const float* window_phasor,
                                     float* features, int32_t* count) {
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (item >= m * d) return;
-  const int64_t i = item / d;
-  const int64_t k = item % d;
+  int64_t i, k;
+  if (!item_and_channel(m, d, &i, &k)) return;
   const int64_t j = target_index[i];
   // Outside the image: count 0, zero features (invalid).
   if (x[j] < 0 || x[j] >= width || y[j] < 0 || y[j] >= height) return;
@@ -96,30 +84,22 @@ std::tuple<at::Tensor, at::Tensor> encode_naive_cuda(
     const at::Tensor& target_index_in, int64_t width, int64_t height,
     const at::Tensor& freq_t_in, const at::Tensor& freq_x_in, const at::Tensor& freq_y_in,
     double tau_s, int64_t pixel_radius) {
-  check_encode_args(t_ns_in, x_in, y_in, target_index_in, width, height, freq_t_in, freq_x_in,
-                    freq_y_in, tau_s, pixel_radius);
-  TORCH_CHECK(t_ns_in.is_cuda(), "t_ns must be a CUDA tensor for the CUDA kernel");
   const c10::cuda::CUDAGuard device_guard(t_ns_in.device());
+  EncodeCall call = prepare_encode_call(t_ns_in, x_in, y_in, target_index_in, width, height,
+                                        freq_t_in, freq_x_in, freq_y_in, tau_s, pixel_radius,
+                                        c10::DeviceType::CUDA, /*zero_outputs=*/true);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t n = t_ns_in.numel();
-  const int64_t m = target_index_in.numel();
-  const int64_t d = freq_t_in.numel();
-  const int64_t channels = 2 * d;
-  auto features = at::zeros({m, channels}, t_ns_in.options().dtype(at::kFloat));
-  auto count = at::zeros({m}, t_ns_in.options().dtype(at::kInt));
+  const int64_t n = call.n, m = call.m, d = call.d, channels = call.channels;
+  auto features = call.features, count = call.count;
   if (m == 0) return {features, count};
-  const auto [t_ns, x, y, target_index, freq_t, freq_x, freq_y] = contiguous_encode_tensors(
-      t_ns_in, x_in, y_in, target_index_in, freq_t_in, freq_x_in, freq_y_in);
-  check_target_range(target_index, n);
-  const double inv_tau_ns = 1e-9 / tau_s;
-  const double inv_radius = 1.0 / static_cast<double>(pixel_radius);
+  const EncodeInputs in = call.data();
 
   // 1. PixelEmbed and PixelCount over the whole image.
   auto pixel_embed = at::zeros({height * width, channels}, features.options());
   auto pixel_count = at::zeros({height * width}, count.options());
   pixel_embed_kernel<<<blocks_for(n * d), kThreads, 0, stream>>>(
-      t_ns.data_ptr<int64_t>(), x.data_ptr<int32_t>(), y.data_ptr<int32_t>(), n, width, height,
-      inv_tau_ns, freq_t.data_ptr<float>(), d, pixel_embed.data_ptr<float>(),
+      in.t_ns, in.x, in.y, n, width, height,
+      call.inv_tau_ns, in.freq_t, d, pixel_embed.data_ptr<float>(),
       pixel_count.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
@@ -127,15 +107,15 @@ std::tuple<at::Tensor, at::Tensor> encode_naive_cuda(
   const int64_t side = 2 * pixel_radius + 1;
   auto window_phasor = at::empty({side * side, channels}, features.options());
   window_phasor_kernel<<<blocks_for(side * side * d), kThreads, 0, stream>>>(
-      freq_x.data_ptr<float>(), freq_y.data_ptr<float>(), inv_radius, pixel_radius, d,
+      in.freq_x, in.freq_y, call.inv_radius, pixel_radius, d,
       window_phasor.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   // 3. Per (target, channel): the window, pixel by pixel.
   encode_naive_kernel<<<blocks_for(m * d), kThreads, 0, stream>>>(
-      t_ns.data_ptr<int64_t>(), x.data_ptr<int32_t>(), y.data_ptr<int32_t>(),
-      target_index.data_ptr<int64_t>(), m, width, height, pixel_radius, inv_tau_ns,
-      freq_t.data_ptr<float>(), d, pixel_embed.data_ptr<float>(),
+      in.t_ns, in.x, in.y,
+      in.target_index, m, width, height, pixel_radius, call.inv_tau_ns,
+      in.freq_t, d, pixel_embed.data_ptr<float>(),
       pixel_count.data_ptr<int32_t>(), window_phasor.data_ptr<float>(),
       features.data_ptr<float>(), count.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from veckm_flow_ros import ops
+from veckm_flow_ros.core.event_buffer import EventBuffer
 from veckm_flow_ros.core.model import load_model, VecKMFlowModel
 from veckm_flow_ros.core.validity import NeighbourCounter, validity_from_neighbours
 from veckm_flow_ros.eventio.events import EventArray
@@ -185,107 +186,32 @@ def _check_device(device) -> torch.device:
     return device
 
 
-class _EventBuffer:
+def _to_host(flow, confidence, validity):
     """
-    The buffered events in time order: one growable array per column, live in [start, end).
+    Numpy arrays of a block's results: flow [M, 2], confidence [M] or None, validity [M].
 
-    Appending is O(new events) (amortised), dropping the oldest is O(1), and a time range is
-    a contiguous slice (no copy): blocks and contexts are found by binary search. Out-of-order
-    input (tolerated up to TIME_RESET_TOLERANCE_NS) is merged in by a stable sort, so events
-    of equal time keep their arrival order. On a CUDA device t, x and y are mirrored there as
-    they arrive, so each event crosses the bus once rather than once per block using it.
+    From a GPU in one copy (one synchronisation per block); on the CPU without a copy.
     """
+    if flow.device.type == 'cpu':
+        return (flow.numpy(), None if confidence is None else confidence.numpy(),
+                validity.numpy())
+    columns = [flow.float(), validity.float()[:, None]]
+    if confidence is not None:
+        columns.append(confidence.float()[:, None])
+    packed = torch.cat(columns, dim=1).cpu().numpy()
+    return (packed[:, :2], None if confidence is None else packed[:, 3].copy(),
+            packed[:, 2].copy())
 
-    def __init__(self, device: torch.device):
-        self.device = device
-        self._allocate(0)
 
-    def _allocate(self, capacity):
-        self.t_ns = np.empty(capacity, np.int64)
-        self.x = np.empty(capacity, np.int32)
-        self.y = np.empty(capacity, np.int32)
-        self.index = np.empty(capacity, np.int64)
-        self.start = self.end = 0
-        self._mirror = None
-        if self.device.type != 'cpu':
-            self._mirror = [torch.empty(capacity, dtype=dtype, device=self.device)
-                            for dtype in (torch.int64, torch.int32, torch.int32)]
-
-    def __len__(self):
-        return self.end - self.start
-
-    def clear(self):
-        self.start = self.end = 0
-
-    def append(self, t_ns, x, y, index):
-        count = len(t_ns)
-        sorted_in = count < 2 or bool(np.all(t_ns[1:] >= t_ns[:-1]))
-        if sorted_in and (self.end == self.start or t_ns[0] >= self.t_ns[self.end - 1]):
-            self._reserve(count)
-            span = slice(self.end, self.end + count)
-            self.t_ns[span], self.x[span], self.y[span], self.index[span] = t_ns, x, y, index
-            self.end += count
-            self._upload(span.start, span.stop)
-            return
-        # Disorder: merge with the live events by a stable sort (rare; O(buffer)).
-        live = slice(self.start, self.end)
-        columns = [np.concatenate([old[live], new]) for old, new in
-                   ((self.t_ns, t_ns), (self.x, x), (self.y, y), (self.index, index))]
-        order = np.argsort(columns[0], kind='stable')
-        self.start = self.end = 0
-        self._reserve(len(order))
-        for old, new in zip((self.t_ns, self.x, self.y, self.index), columns):
-            old[:len(order)] = new[order]
-        self.end = len(order)
-        self._upload(0, self.end)
-
-    def drop_before(self, position):
-        """Forget the events before buffer position `position` (absolute)."""
-        self.start = min(max(self.start, position), self.end)
-
-    def _reserve(self, count):
-        live = self.end - self.start
-        capacity = len(self.t_ns)
-        if self.end + count <= capacity:
-            return
-        # Compact in place while the live events fill at most 3/4 of it (then at least a
-        # quarter of the capacity is appended between two compactions: amortised O(1)).
-        target = capacity
-        if 4 * (live + count) > 3 * capacity:
-            target = max(3 * (live + count) // 2, 4096)
-        if target != capacity:
-            old = (self.t_ns, self.x, self.y, self.index, self._mirror)
-            live_slice = slice(self.start, self.end)
-            self._allocate(target)
-            for new, column in zip((self.t_ns, self.x, self.y, self.index), old[:4]):
-                new[:live] = column[live_slice]
-            if self._mirror is not None:
-                for new, column in zip(self._mirror, old[4]):
-                    new[:live] = column[live_slice]
-        else:
-            for column in (self.t_ns, self.x, self.y, self.index):
-                column[:live] = column[self.start:self.end]
-            if self._mirror is not None:
-                for column in self._mirror:
-                    column[:live] = column[self.start:self.end].clone()
-        self.start, self.end = 0, live
-
-    def _upload(self, begin, end):
-        if self._mirror is None or end <= begin:
-            return
-        for mirror, column in zip(self._mirror, (self.t_ns, self.x, self.y)):
-            mirror[begin:end].copy_(torch.from_numpy(column[begin:end]), non_blocking=False)
-
-    def search(self, t_ns, side='left'):
-        """Absolute buffer position of the first live event with time >= t_ns (> for right)."""
-        return self.start + int(np.searchsorted(self.t_ns[self.start:self.end], t_ns, side))
-
-    def device_columns(self, begin, end):
-        """t_ns, x, y of positions [begin, end) as tensors on the device (views, no copy)."""
-        if self._mirror is None:
-            return (torch.from_numpy(self.t_ns[begin:end]), torch.from_numpy(self.x[begin:end]),
-                    torch.from_numpy(self.y[begin:end]))
-        return tuple(column[begin:end] for column in self._mirror)
+def _constant_step(positions: np.ndarray) -> int:
+    """Return the step of an arithmetic progression of increasing positions, else 0."""
+    if len(positions) < 2:
+        return 1 if len(positions) else 0
+    step = int(positions[1] - positions[0])
+    if step > 0 and int(positions[-1] - positions[0]) == step * (len(positions) - 1) and \
+            (step == 1 or bool(np.all(np.diff(positions) == step))):
+        return step
+    return 0
 
 
 class NormalFlowEstimator:
@@ -385,7 +311,7 @@ class NormalFlowEstimator:
 
     def reset(self):
         """Forget buffered events and pending blocks; stream indices restart at 0."""
-        self._events = _EventBuffer(self.device)
+        self._events = EventBuffer(self.device)
         self._next_index = 0        # stream index of the next pushed event
         self._block_start_ns = None  # start of the next block to compute
         self._newest_ns = None
@@ -612,12 +538,15 @@ class NormalFlowEstimator:
                 context, target_in_context = self._context(targets, low, high, copy)
         else:
             context, target_in_context = self._context(targets, low, high, copy)
-        if len(targets) == stop - first and targets[0] >= low and targets[-1] < high:
-            # Every event of the block, within the window: a range, made where it is used.
-            target_in_context = (int(targets[0]) - low, int(targets[-1]) + 1 - low)
+        step = _constant_step(targets)
+        if step and targets[0] >= low and targets[-1] < high:
+            # Every event or every stride-th of the block, within the window: a range, made
+            # where it is used (no index copy to a device).
+            target_in_context = (int(targets[0]) - low, int(targets[-1]) + 1 - low, step)
         self.flows_out += len(targets)
         if isinstance(target_in_context, tuple):
-            targets = slice(first, stop)  # copies of slices are cheaper than gathers
+            # copies of slices are cheaper than gathers
+            targets = slice(int(targets[0]), int(targets[-1]) + 1, step)
         about = {'event_index': buffer.index[targets].copy(),
                  't_ns': buffer.t_ns[targets].copy(),
                  'x': buffer.x[targets].astype(np.uint16),
@@ -630,9 +559,8 @@ class NormalFlowEstimator:
             if long_context is not None:
                 flow, confidence, again = self._estimate_slow_again(
                     long_context, long_targets, flow, confidence, validity)
-            flow = flow.cpu().numpy()
-            confidence = None if confidence is None else confidence.cpu().numpy()
-            block = self._published_block(flow, confidence, validity.cpu().numpy(), about)
+            flow, confidence, validity = _to_host(flow, confidence, validity)
+            block = self._published_block(flow, confidence, validity, about)
             block.long_context, block.long_context_skipped = again, skipped
             return block
         return job
@@ -692,8 +620,8 @@ class NormalFlowEstimator:
         Return (flow px/s, confidence or None, validity) of the targets, on the device.
 
         flow float32 [M, 2], confidence float32 [M], validity float32 [M]. context: (t_ns, x,
-        y) tensors on the device; targets: positions within it, an array or a (begin, end)
-        range.
+        y) tensors on the device; targets: positions within it, an array or a (begin, end,
+        step) range.
         """
         if isinstance(targets, tuple):  # a range: made where it is used
             target_index = torch.arange(*targets, dtype=torch.int64, device=self.device)

@@ -74,19 +74,19 @@ class BenchRow:
 
 
 def synthetic_edges(num_events: int, seed: int = 0, num_edges: int = 60,
-                    duration_s: float = 2 * TAU_S):
+                    duration_s: float = 2 * TAU_S, width: int = WIDTH, height: int = HEIGHT):
     """
     Return (t_ns int64, x int32, y int32) of straight edges moving at random velocities.
 
     Events are time-sorted; each edge gets an equal share of events at random points along
-    it (up to 600 px/s in x and y).
+    it (up to 600 px/s in x and y), on a width x height sensor.
     """
     rng = np.random.default_rng(seed)
     per_edge = num_events // num_edges
     t_s, x, y = [], [], []
     for edge in range(num_edges):
         count = per_edge if edge < num_edges - 1 else num_events - per_edge * (num_edges - 1)
-        centre = rng.uniform((0, 0), (WIDTH, HEIGHT))
+        centre = rng.uniform((0, 0), (width, height))
         angle = rng.uniform(0, math.pi)
         length = rng.uniform(40, 240)
         velocity = rng.uniform(-600, 600, 2)
@@ -97,8 +97,8 @@ def synthetic_edges(num_events: int, seed: int = 0, num_edges: int = 60,
         y.append(centre[1] + along * math.sin(angle) + velocity[1] * t)
     t_s, x, y = np.concatenate(t_s), np.concatenate(x), np.concatenate(y)
     order = np.argsort(t_s, kind='stable')
-    x = np.clip(np.round(x[order]), 0, WIDTH - 1).astype(np.int32)
-    y = np.clip(np.round(y[order]), 0, HEIGHT - 1).astype(np.int32)
+    x = np.clip(np.round(x[order]), 0, width - 1).astype(np.int32)
+    y = np.clip(np.round(y[order]), 0, height - 1).astype(np.int32)
     return (t_s[order] * 1e9).astype(np.int64), x, y
 
 
