@@ -128,11 +128,14 @@ EncodeCall prepare_encode_call(const at::Tensor& t_ns, const at::Tensor& x, cons
 namespace {
 
 // Break-even of sparse_encode_pays per backend: the sparse path pays while the targets'
-// windows cover less than this many times the image. CPU: measured (benchmarks/RESULTS.md,
-// "Per-target encoding"); CUDA: a first estimate from the dense kernel's cost per image pixel,
-// to be measured on the GPU (benchmarks/bench_encode_block.py --paths).
+// windows cover less than this many times the image. CPU: measured, it never pays
+// (benchmarks/RESULTS.md, "Per-target encoding"). CUDA: the sparse kernel has not yet run on
+// a GPU, so it stays off by default until scripts/device_check.sh has checked it against the
+// dense path and measured the break-even (bench_peer.py's dense and sparse columns); the first
+// estimate from the dense kernel's cost per image pixel is a factor of about 16.
+// VECKM_FLOW_ENCODE_PATH=sparse selects it explicitly.
 constexpr double kSparseFactorCpu = 0.0;
-constexpr double kSparseFactorCuda = 16.0;
+constexpr double kSparseFactorCuda = 0.0;
 
 }  // namespace
 
