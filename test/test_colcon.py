@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -103,22 +104,22 @@ def test_installed_node_starts_and_stops_cleanly(colcon_workspace):
          '--ros-args', '-r', '__node:=colcon_smoke'],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(node.stdout.readline, '')),
+                              daemon=True)
+    reader.start()
     try:
         # Wait for the start-up line rather than a fixed time: on a loaded 2-core machine the
         # imports alone take over 6 s.
         deadline = time.monotonic() + 60.0
-        while time.monotonic() < deadline:
-            line = node.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if 'default shipped model' in line:
-                break
+        while (time.monotonic() < deadline and node.poll() is None
+               and not any('default shipped model' in line for line in list(lines))):
+            time.sleep(0.2)
         time.sleep(1.0)
-        assert node.poll() is None, f'node exited early:\n{"".join(lines)}{node.stdout.read()}'
+        assert node.poll() is None, f'node exited early:\n{"".join(lines)}'
         node.send_signal(signal.SIGINT)
-        rest, _ = node.communicate(timeout=20)
-        output = ''.join(lines) + rest
+        node.wait(timeout=20)
+        reader.join(timeout=5)
+        output = ''.join(lines)
     finally:
         if node.poll() is None:
             node.kill()
