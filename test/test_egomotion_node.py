@@ -353,8 +353,10 @@ def test_pure_rotation_publishes_an_undetermined_heading(harness_factory, use_im
     reasons = {name: totals[f'undetermined_{name}'] for name in
                ('rotation_dominated', 'translation_unexplained', 'too_few_flows')}
     assert totals['headings'] == 0 and totals['estimates'] == 6, totals
-    # Exact flows of a pure rotation: no translational flow at all (the ratio ~4e-4).
-    assert reasons['rotation_dominated'] == 6 and sum(reasons.values()) == 6, reasons
+    # Exact flows of a pure rotation: no translational flow (ratio ~4e-4: rotation_dominated);
+    # without a gyroscope some windows' fits explain too little (translation_unexplained).
+    assert reasons['rotation_dominated'] >= 1 and reasons['too_few_flows'] == 0, reasons
+    assert sum(reasons.values()) == 6, reasons
 
     def reported(index):
         status, values = harness.diagnostic_values(index)
@@ -508,7 +510,9 @@ def test_imu_gives_the_angular_velocity(harness_factory):
     assert harness.twists
     for index, twist in enumerate(harness.twists[1:]):
         angular = twist.twist.angular
-        assert np.allclose([angular.x, angular.y, angular.z], omega, atol=1e-6), (
+        # The gyroscope less the estimator's bias estimate (at most max_gyro_bias_rad_s,
+        # 0.025 rad/s per axis).
+        assert np.allclose([angular.x, angular.y, angular.z], omega, atol=0.026), (
             index, harness.node.stream.counters.totals['windows_without_gyro'])
         linear = twist.twist.linear
         assert angle_deg([linear.x, linear.y, linear.z], velocity) < 2.0

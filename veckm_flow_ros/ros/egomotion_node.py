@@ -335,7 +335,7 @@ class EgomotionNode(Node):
         return 'no window yet'
 
     def heading_text(self) -> str:
-        """The last window's heading state: 'determined', 'undetermined (<reason>)', ..."""
+        """Return the last window's heading state: 'determined', 'undetermined (<reason>)'."""
         reason = self.stream.last_undetermined
         if reason is None:
             return 'no window yet'
