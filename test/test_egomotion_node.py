@@ -330,6 +330,73 @@ def test_sideways_motion_marks_the_focus_of_expansion_invalid(harness_factory):
         assert abs(twist.twist.linear.z) < 0.25
 
 
+@pytest.mark.parametrize('use_imu', [False, True], ids=['flow', 'gyro'])
+def test_pure_rotation_publishes_an_undetermined_heading(harness_factory, use_imu):
+    """Panning: angular velocity published, linear NaN, a reason counted, no stop trigger."""
+    harness = harness_factory(diagnostics_period_s=0.2, use_imu=use_imu)
+    harness.publish_camera_info(camera_info())
+    omega = np.array([0.3, -0.6, 0.15])
+    harness.publish_flows(np.zeros(3), omega, 0.2, imu_hz=200.0 if use_imu else 0.0)
+    assert harness.wait_idle()
+    totals = harness.node.stream.counters.totals
+    assert totals['windows'] == 6 and len(harness.twists) == 6, totals
+    for twist in harness.twists:
+        linear, angular = twist.twist.linear, twist.twist.angular
+        assert all(math.isnan(value) for value in (linear.x, linear.y, linear.z)), linear
+        assert np.allclose([angular.x, angular.y, angular.z], omega, atol=0.02)
+    assert len(harness.foes) == len(harness.min_ttcs) == len(harness.ttc_images) == 6
+    for foe in harness.foes:
+        assert foe.point.z == 0.0 and math.isnan(foe.point.x) and math.isnan(foe.point.y)
+    for min_ttc, image in zip(harness.min_ttcs, harness.ttc_images):
+        assert math.isnan(min_ttc.data)  # never 0 or negative: the stop trigger stays off
+        assert np.all(np.isnan(np.frombuffer(bytes(image.data), '<f4')))
+    reasons = {name: totals[f'undetermined_{name}'] for name in
+               ('rotation_dominated', 'translation_unexplained', 'too_few_flows')}
+    assert totals['headings'] == 0 and totals['estimates'] == 6, totals
+    # Exact flows of a pure rotation: no translational flow (ratio ~4e-4: rotation_dominated);
+    # without a gyroscope some windows' fits explain too little (translation_unexplained).
+    assert reasons['rotation_dominated'] >= 1 and reasons['too_few_flows'] == 0, reasons
+    assert sum(reasons.values()) == 6, reasons
+
+    def reported(index):
+        status, values = harness.diagnostic_values(index)
+        return (status.level == DiagnosticStatus.OK and 'without heading' in status.message
+                and values['heading (last window)'].startswith('undetermined (')
+                and sum(int(values[f'undetermined {name} (total)']) for name in reasons) > 0)
+    assert harness.spin_until(lambda: any(map(reported, range(len(harness.diagnostics)))),
+                              5.0), [harness.diagnostic_values(i)[0].message
+                                     for i in range(len(harness.diagnostics))]
+    assert harness.spin_until(lambda: sum(int(harness.diagnostic_values()[1][
+        f'undetermined {name} (total)']) for name in reasons) == 6, 5.0)
+    _, values = harness.diagnostic_values()
+    if use_imu:  # the bias estimate per axis, small against the rotation
+        assert all(abs(float(values[f'gyroscope bias {axis} [rad/s]'])) < 0.03
+                   for axis in 'xyz'), values
+    else:
+        assert values['gyroscope bias x [rad/s]'] == 'none'
+
+
+def test_windows_with_too_few_usable_flows_warn_and_publish_nothing(harness_factory):
+    """Flows below min_validity: the solver's too_few_flows; outputs stop, WARN names it."""
+    harness = harness_factory(diagnostics_period_s=0.2, use_imu=False, min_validity=0.5)
+    harness.publish_camera_info(camera_info())
+    velocity, omega = FORWARD
+    for index in range(12):
+        harness.stamp_ns += int(MESSAGE_S * 1e9)
+        x, y, u, v = rigid_scene_flows(CAMERA, velocity, omega, 1500, seed=index)
+        points = make_flow_points(x, y, np.linspace(-MESSAGE_S, 0.0, len(x)), u, v,
+                                  validity=np.full(len(x), 0.1, np.float32))
+        harness.publish_flow(pointcloud2_cdr(points, harness.stamp_ns, 'camera_optical'))
+    assert harness.wait_idle()
+    totals = harness.node.stream.counters.totals
+    assert totals['undetermined_too_few_flows'] == totals['windows'] == 3, totals
+    assert not harness.twists and not harness.min_ttcs
+    assert harness.spin_until(lambda: any(
+        status.level == DiagnosticStatus.WARN and 'too_few_flows' in status.message
+        for status in (harness.diagnostic_values(i)[0]
+                       for i in range(len(harness.diagnostics)))), 5.0)
+
+
 # ---- bad and missing input ------------------------------------------------------------------
 
 
@@ -443,10 +510,14 @@ def test_imu_gives_the_angular_velocity(harness_factory):
     assert harness.twists
     for index, twist in enumerate(harness.twists[1:]):
         angular = twist.twist.angular
-        assert np.allclose([angular.x, angular.y, angular.z], omega, atol=1e-6), (
+        # The gyroscope less the estimator's bias estimate (at most max_gyro_bias_rad_s,
+        # 0.025 rad/s per axis).
+        assert np.allclose([angular.x, angular.y, angular.z], omega, atol=0.026), (
             index, harness.node.stream.counters.totals['windows_without_gyro'])
         linear = twist.twist.linear
-        assert angle_deg([linear.x, linear.y, linear.z], velocity) < 2.0
+        # Plumbing (IMU axes and time), not accuracy: with the bias estimate subtracted the
+        # exact flows gave up to 2.8 deg (2026-11-28; 2.0 with the gyroscope taken as is).
+        assert angle_deg([linear.x, linear.y, linear.z], velocity) < 4.0
     assert harness.spin_until(lambda: harness.diagnostics and harness.diagnostic_values()[1][
         'angular velocity'] == 'gyroscope (~/imu)', 5.0)
 

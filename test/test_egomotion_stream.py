@@ -20,6 +20,7 @@ flows of a rigid scene so that the plumbing (pixels, units, gyroscope frame and 
 checked end to end.
 """
 
+import math
 import threading
 import time
 
@@ -414,3 +415,25 @@ def test_time_reset_makes_the_estimator_forget_the_previous_window():
     while stream._queue:
         stream.compute(stream._queue.popleft())
     assert resets == [2] and len(recorder.estimates) == 4  # before the first after the loop
+
+
+def test_cli_summary_counts_the_undetermined_reasons():
+    """`veckm-flow egomotion` prints why windows have no direction (the npz keeps each)."""
+    from veckm_flow_ros.cli.egomotion import summary
+    from veckm_flow_ros.core.egomotion import EgomotionEstimate
+    from veckm_flow_ros.offline.egomotion import estimates_to_arrays
+
+    def estimate(reason):
+        direction = np.full(3, np.nan) if reason else np.array([0.0, 0.0, 1.0])
+        return EgomotionEstimate(0.0, 500, np.zeros(3), False, direction, np.full(2, np.nan),
+                                 False, np.full((6, 8), np.nan, np.float32), math.nan, 1.0,
+                                 undetermined=reason)
+    arrays = estimates_to_arrays([estimate(reason) for reason in (
+        '', 'rotation_dominated', 'rotation_dominated', 'too_few_flows')])
+    assert list(arrays['undetermined']) == ['', 'rotation_dominated', 'rotation_dominated',
+                                            'too_few_flows']
+    text = summary(arrays, 2000)
+    assert '4 (1 with a direction' in text
+    assert '2 rotation_dominated, 1 too_few_flows' in text
+    lines = summary(estimates_to_arrays([estimate('')]), 500).splitlines()
+    assert [line.split()[1:] for line in lines if line.startswith('undetermined')] == [['none']]

@@ -171,7 +171,8 @@ def test_samples_of_another_frame_are_refused():
     compute_all(stream)
     assert stream.counters.totals['imu_samples_other_frame'] == 100
     for estimate, _ in recorder.estimates:
-        assert estimate.omega_from_gyro and np.allclose(estimate.omega_rad_s, OMEGA)
+        # the gyroscope less its bias estimate (at most 0.025 rad/s per axis)
+        assert estimate.omega_from_gyro and np.allclose(estimate.omega_rad_s, OMEGA, atol=0.026)
 
 
 def test_a_gyroscope_in_deg_s_disagrees_with_the_flow_and_is_not_used():

@@ -180,6 +180,10 @@ def summary(arrays, flow_count) -> str:
             ('windows', f'{len(arrays["t_s"])} ({int(direction_ok.sum())} with a direction, '
                         f'{int(arrays["foe_valid"].sum())} with a FOE, '
                         f'{int(gyro.sum())} with gyroscope)'),
+            ('undetermined', ', '.join(
+                f'{count} {reason}' for reason, count in zip(*np.unique(
+                    arrays['undetermined'][arrays['undetermined'] != ''],
+                    return_counts=True))) or 'none'),
             ('median |omega|', f'{np.nanmedian(speed) if np.any(np.isfinite(speed)) else 0:.3f}'
                                ' rad/s'),
             ('min time to contact', f'{np.nanmin(arrays["min_ttc_s"]):.2f} s'

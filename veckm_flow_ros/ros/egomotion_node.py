@@ -49,23 +49,29 @@ one message each per window of window_s, header.stamp = the window centre (flow 
 frame_id = the ~/flow frame_id (the camera optical frame: x right, y down, z forward):
     ~/twist                 geometry_msgs/msg/TwistStamped: angular = angular velocity of
                             the camera [rad/s]; linear = the UNIT translation direction of the
-                            camera (|linear| = 1: monocular flow gives no scale, not m/s).
+                            camera (|linear| = 1: monocular flow gives no scale, not m/s), or
+                            NaN, NaN, NaN where the window's translation is undetermined
+                            (rotation_dominated, translation_unexplained): angular is then
+                            still valid. `math.isfinite(linear.x)` tells a heading.
     ~/foe                   geometry_msgs/msg/PointStamped: focus of expansion [px] (x, y in
                             the distorted image); z = 1 valid, z = 0 invalid (translation
                             nearly parallel to the image plane, |direction z| < min_forward,
-                            or moving backwards) and then x, y are NaN.
+                            moving backwards, or undetermined) and then x, y are NaN.
     ~/time_to_contact       sensor_msgs/msg/Image 32FC1, ttc_rows x ttc_cols cells over the
                             image: time to contact [s] of the scene in each cell, NaN where
-                            unknown.
-    ~/min_time_to_contact   std_msgs/msg/Float32: the smallest cell [s], NaN when none (a
-                            comparison `data < threshold` is then false).
+                            unknown (everywhere in an undetermined window).
+    ~/min_time_to_contact   std_msgs/msg/Float32: the smallest cell [s], NaN when none or
+                            undetermined (a comparison `data < threshold` is then false);
+                            never 0 or negative.
     /diagnostics            diagnostic_msgs/msg/DiagnosticArray every diagnostics_period_s:
-                            flows/s in, estimates/s, share of flows used, per-window compute
-                            time and latency p50/p99 [ms], estimator CPU [% of a core], the
-                            angular velocity's source, the calibration, counters of bad and
-                            dropped input.
-    Windows without an estimate (too few flows, no calibration, undetermined) publish
-    nothing and are counted.
+                            flows/s in, estimates/s, headings/s, share of flows used,
+                            per-window compute time and latency p50/p99 [ms], estimator CPU
+                            [% of a core], the angular velocity's source, the gyroscope bias
+                            estimate [rad/s per axis], the translation ratio, the last
+                            window's heading state, the calibration, counters of undetermined
+                            windows per reason and of bad and dropped input.
+    Windows without an estimate (too few flows, no calibration, an implausible estimate)
+    publish nothing and are counted.
 
 Parameters: stream/egomotion_parameters.py (EGOMOTION_PARAMETERS: names, types, ranges,
 units, defaults; config/veckm_egomotion.yaml mirrors them); all read-only.
@@ -101,7 +107,7 @@ from veckm_flow_ros.runtime import limit_blas_threads
 from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.egomotion_stream import (EgomotionStream, read_flow_cloud,
-                                                    REFUSAL_COUNTERS)
+                                                    REFUSAL_COUNTERS, UNDETERMINED_COUNTERS)
 
 EXECUTABLE = 'veckm_egomotion_node'
 NODE_NAME = 'veckm_egomotion'
@@ -125,7 +131,9 @@ WARNING_COUNTERS = ('bad_flow_messages', 'bad_camera_infos', 'bad_imu_messages',
 NO_ESTIMATE_REASONS = (('windows_with_camera_mismatch', 'calibration disagrees with the flows'),
                        ('windows_without_camera', 'no camera calibration'),
                        ('sparse_windows', 'windows with fewer than min_flows usable flows'),
-                       ('undetermined_windows', 'undetermined windows'),
+                       ('undetermined_too_few_flows',
+                        'windows with too few usable flows (too_few_flows)'),
+                       ('implausible_windows', 'implausible estimates'),
                        ('failed_windows', 'failed windows'),
                        ('dropped_windows', 'dropped windows'))
 
@@ -300,10 +308,13 @@ class EgomotionNode(Node):
         # Serialized here (ros/cdr.py): rclpy's message objects and their conversion cost
         # more than the bytes.
         stamp_ns, frame_id = window.stamp_ns, window.frame_id
-        self.twist_pub.publish(twist_stamped_cdr(stamp_ns, frame_id, estimate.direction,
+        # Undetermined: linear NaN (no heading), angular valid; FOE, TTC NaN (the solver's).
+        direction = (math.nan,) * 3 if estimate.undetermined else estimate.direction
+        self.twist_pub.publish(twist_stamped_cdr(stamp_ns, frame_id, direction,
                                                  estimate.omega_rad_s))
         foe_x, foe_y = (float(value) for value in estimate.foe_px)
-        if estimate.foe_valid and math.isfinite(foe_x) and math.isfinite(foe_y):
+        if (estimate.foe_valid and not estimate.undetermined and math.isfinite(foe_x)
+                and math.isfinite(foe_y)):
             self.foe_pub.publish(point_stamped_cdr(stamp_ns, frame_id, foe_x, foe_y, 1.0))
         else:
             self.foe_pub.publish(point_stamped_cdr(stamp_ns, frame_id, math.nan, math.nan, 0.0))
@@ -323,6 +334,13 @@ class EgomotionNode(Node):
             return f'estimated from the flow ({self.stream.omega_reason})'
         return 'no window yet'
 
+    def heading_text(self) -> str:
+        """Return the last window's heading state: 'determined', 'undetermined (<reason>)'."""
+        reason = self.stream.last_undetermined
+        if reason is None:
+            return 'no window yet'
+        return f'undetermined ({reason})' if reason else 'determined'
+
     def _on_diagnostics_timer(self):
         report = self.stream.counters.take_period()
         totals, period = report['totals'], report['period']
@@ -334,9 +352,15 @@ class EgomotionNode(Node):
         received = period['window_flows_received']
         used_percent = (100.0 * period['window_flows_used'] / received if received
                         else math.nan)
+        bias = self.stream.gyro_bias_rad_s
         values = {
             'flows/s in': f'{report["flows_per_s"]:.0f}',
             'estimates/s': f'{report["estimates_per_s"]:.1f}',
+            'headings/s': f'{period["headings"] / report["elapsed_s"]:.1f}',
+            'heading (last window)': self.heading_text(),
+            'translation ratio p50': f'{report["translation_ratio_p50"]:.3f}',
+            **{f'gyroscope bias {axis} [rad/s]': 'none' if bias is None else f'{value:.5f}'
+               for axis, value in zip('xyz', (None,) * 3 if bias is None else bias)},
             'flows used [% of received]': f'{used_percent:.1f}',
             'window compute p50 [ms]': f'{report["compute_p50_ms"]:.2f}',
             'window compute p99 [ms]': f'{report["compute_p99_ms"]:.2f}',
@@ -347,11 +371,15 @@ class EgomotionNode(Node):
             'angular velocity': self.omega_source_text(),
             'calibration': repr(self.stream.camera) if self.stream.camera else 'none',
             **{f'{name.replace("_", " ")} (total)': str(totals[name])
-               for name in ('windows', 'estimates', 'undetermined_windows', 'sparse_windows',
+               for name in ('windows', 'estimates', 'headings', 'implausible_windows',
+                            'sparse_windows',
                             'windows_without_camera', 'windows_without_gyro',
                             'dropped_windows', 'failed_windows', 'bad_flow_messages',
                             'bad_camera_infos', 'bad_imu_messages', 'camera_changes', 'gaps',
                             'time_resets', 'imu_resets') + REFUSAL_COUNTERS},
+            # Named with the reason as core/egomotion_checks.REASONS spells it.
+            **{f'undetermined {name[len("undetermined_"):]} (total)': str(totals[name])
+               for name in UNDETERMINED_COUNTERS},
         }
         publish_diagnostics(self, self.diagnostics_pub, 'egomotion', level, message, values)
         if period['messages']:
@@ -366,7 +394,9 @@ class EgomotionNode(Node):
         Return the diagnostics (level, message) of a period.
 
         WARN while input is refused or dropped, while flows arrive but no estimate comes out
-        (saying why), or while the gyroscope is not used for a reason other than its absence.
+        (saying why: too_few_flows windows publish nothing), or while the gyroscope is not
+        used for a reason other than its absence. Estimates without a heading (undetermined,
+        angular velocity published) leave the level OK; the message counts them by reason.
         """
         problems = [name for name in WARNING_COUNTERS if period[name]]
         refused = sum(period[name] for name in REFUSAL_COUNTERS if name.startswith('flows'))
@@ -385,12 +415,23 @@ class EgomotionNode(Node):
             return DiagnosticStatus.WARN, 'no camera calibration (~/camera_info)'
         if period['messages'] == 0:
             return DiagnosticStatus.OK, 'no input'
+        # Windows without a heading that still publish their angular velocity are no fault:
+        # panning (rotation_dominated) or standing still / pure rotation
+        # (translation_unexplained) leave the translation undetermined. The message says so.
+        heading = ''
+        if period['estimates'] > period['headings']:
+            reasons = [name[len('undetermined_'):] for name in UNDETERMINED_COUNTERS
+                       if period[name]]
+            heading = (f'; {period["estimates"] - period["headings"]} of '
+                       f'{period["estimates"]} estimates without heading '
+                       f'({", ".join(reasons)})')
         if self.config['use_imu'] and self.stream.omega_source == 'flow':
             if self.stream.imu_samples == 0 and not self.stream.gyro_monitor.reason:
-                return DiagnosticStatus.OK, 'ok, no IMU: angular velocity from the flow'
+                return DiagnosticStatus.OK, ('ok, no IMU: angular velocity from the flow'
+                                             + heading)
             return DiagnosticStatus.WARN, (f'gyroscope not used: {self.stream.omega_reason}; '
-                                           'angular velocity from the flow')
-        return DiagnosticStatus.OK, 'ok'
+                                           'angular velocity from the flow' + heading)
+        return DiagnosticStatus.OK, 'ok' + heading
 
     # -- shutdown -----------------------------------------------------------------------------
 

@@ -25,6 +25,10 @@ The egomotion node's stream, without ROS: flow clouds in, one estimate per time 
 
 publish(estimate, window) receives each window's core.egomotion.EgomotionEstimate on the
 estimator thread, in window order; log(level, message) receives throttled problem reports.
+An estimate whose translation is undetermined (estimate.undetermined 'rotation_dominated' or
+'translation_unexplained': direction, FOE and times to contact NaN) is published too, its
+angular velocity being valid, and counted per reason (UNDETERMINED_COUNTERS);
+'too_few_flows' windows and implausible estimates are not published.
 
 - read_flow_cloud() takes the columns of a PointCloud2 by its field table: float32 x, y, t,
   u, v are required, validity or confidence (float32) is used as weight when present; other
@@ -57,6 +61,7 @@ from typing import Callable
 import numpy as np
 
 from veckm_flow_ros.core.egomotion import EgomotionEstimator, GyroBuffer
+from veckm_flow_ros.core.egomotion_checks import REASONS
 from veckm_flow_ros.stream.counters import percentile, PeriodCounters, Throttle
 from veckm_flow_ros.stream.egomotion_input import (gyro_sample_problems, GyroMonitor, Refusals,
                                                    SATURATION_SHARE)
@@ -82,39 +87,51 @@ REFUSAL_COUNTERS = ('flow_messages_lost', 'flows_with_bad_times', 'flows_with_ba
                     'windows_with_camera_mismatch', 'imu_samples_out_of_range',
                     'imu_samples_other_frame', 'imu_samples_off_time',
                     'imu_samples_out_of_order', 'windows_gyro_disagrees')
+# Windows without a translation direction, one counter per EgomotionEstimate.undetermined
+# reason (core/egomotion_checks.REASONS): undetermined_rotation_dominated, ...
+UNDETERMINED_COUNTERS = tuple(f'undetermined_{reason}' for reason in REASONS)
+# Undetermined windows that still publish (their angular velocity is valid); the others
+# (too_few_flows: no usable flow) publish nothing.
+PUBLISHED_UNDETERMINED = ('rotation_dominated', 'translation_unexplained')
 
 
 class Counters(PeriodCounters):
     """Totals and per-period counts shared by the stream's threads (one lock)."""
 
-    NAMES = ('messages', 'flows', 'windows', 'estimates', 'undetermined_windows',
+    NAMES = ('messages', 'flows', 'windows', 'estimates', 'headings', 'implausible_windows',
              'sparse_windows', 'windows_without_camera', 'windows_without_gyro',
              'dropped_windows', 'failed_windows', 'bad_flow_messages', 'bad_camera_infos',
              'bad_imu_messages', 'camera_changes', 'gaps', 'time_resets', 'imu_resets',
-             'window_flows_received', 'window_flows_used') + REFUSAL_COUNTERS
+             'window_flows_received', 'window_flows_used') + REFUSAL_COUNTERS + (
+                 UNDETERMINED_COUNTERS)
 
     def __init__(self):
         self._compute_ms = collections.deque(maxlen=LATENCY_SAMPLES)
         self._latency_ms = collections.deque(maxlen=LATENCY_SAMPLES)
+        self._translation_ratios = collections.deque(maxlen=LATENCY_SAMPLES)
         self._cpu_s = 0.0
         super().__init__()
 
-    def add_window_timing(self, compute_ms: float, latency_ms: float, cpu_s: float):
+    def add_window_timing(self, compute_ms: float, latency_ms: float, cpu_s: float,
+                          translation_ratio: float = math.nan):
         with self._lock:
             self._compute_ms.append(compute_ms)
             self._latency_ms.append(latency_ms)
             self._cpu_s += cpu_s
+            if math.isfinite(translation_ratio):
+                self._translation_ratios.append(translation_ratio)
 
     def _reset_period(self):
         self._compute_ms.clear()
         self._latency_ms.clear()
+        self._translation_ratios.clear()
         self._cpu_s = 0.0
 
     def take_period(self) -> dict:
         """Return rates, timing percentiles and CPU share since the previous call, totals."""
-        elapsed_s, period, totals, (compute, latency, cpu_s) = self._take(lambda: (
+        elapsed_s, period, totals, (compute, latency, ratios, cpu_s) = self._take(lambda: (
             np.array(self._compute_ms, np.float64), np.array(self._latency_ms, np.float64),
-            self._cpu_s))
+            np.array(self._translation_ratios, np.float64), self._cpu_s))
         return {
             'elapsed_s': elapsed_s, 'period': period, 'totals': totals,
             'flows_per_s': period['flows'] / elapsed_s,
@@ -122,6 +139,7 @@ class Counters(PeriodCounters):
             'compute_p50_ms': percentile(compute, 50), 'compute_p99_ms': percentile(compute, 99),
             'latency_p50_ms': percentile(latency, 50), 'latency_p99_ms': percentile(latency, 99),
             'estimator_cpu_percent': 100.0 * cpu_s / elapsed_s,
+            'translation_ratio_p50': percentile(ratios, 50),
         }
 
 
@@ -189,6 +207,11 @@ class EgomotionStream:
         # omega_reason: why the flow's when use_imu.
         self.omega_source = None
         self.omega_reason = ''
+        # The last computed window's undetermined reason ('' = a heading; None = no window
+        # yet) and the gyroscope bias the estimator subtracted ((3,) rad/s, camera frame;
+        # None before a gyroscope window).
+        self.last_undetermined = None
+        self.gyro_bias_rad_s = None
         # (camera, its EgomotionEstimator) or None: one reference, swapped whole, so that the
         # estimator thread never pairs a camera with another camera's estimator.
         self._calibrated = None
@@ -535,21 +558,44 @@ class EgomotionStream:
         compute_ms = (time.perf_counter() - start_s) * 1e3
         self.counters.add(window_flows_received=window.received_flows,
                           window_flows_used=int(estimate.num_flows))
-        if not (all(map(math.isfinite, estimate.direction))
-                and np.all(np.abs(estimate.omega_rad_s) < self.config['imu_max_rate_rad_s'])
-                and not estimate.min_ttc_s <= 0):
-            self.counters.add(undetermined_windows=1)
-        else:
+        if estimate.omega_from_gyro:
+            self.gyro_bias_rad_s = np.array(estimate.gyro_bias_rad_s, np.float64)
+        if self._publishable(estimate):
             try:
                 self._publish(estimate, window)
             except Exception:  # noqa: B902 - publishing fails once the node shuts down
                 if self._alive():
                     raise
                 return
-            self.counters.add(estimates=1)
+            self.counters.add(estimates=1, headings=int(not estimate.undetermined))
         self.counters.add_window_timing(
             compute_ms, (time.monotonic() - window.closed_s) * 1e3,
-            time.thread_time() - cpu_start_s)
+            time.thread_time() - cpu_start_s, float(estimate.translation_ratio))
+
+    def _publishable(self, estimate) -> bool:
+        """
+        Count an estimate's outcome; return whether it is published.
+
+        Undetermined for a reason of PUBLISHED_UNDETERMINED: published (direction NaN,
+        angular velocity valid). Not published: 'too_few_flows' (no usable flow), and an
+        implausible estimate (a direction that is not finite without a reason, an angular
+        velocity not finite or beyond imu_max_rate_rad_s, a time to contact of 0 or less).
+        """
+        reason = estimate.undetermined or ''
+        self.last_undetermined = reason
+        if reason:
+            name = f'undetermined_{reason}'
+            self.counters.add(**{name if name in UNDETERMINED_COUNTERS
+                                 else 'implausible_windows': 1})
+            if reason not in PUBLISHED_UNDETERMINED:
+                return False
+        omega = np.asarray(estimate.omega_rad_s, np.float64)
+        if ((not reason and not all(map(math.isfinite, estimate.direction)))
+                or not np.all(np.abs(omega) < self.config['imu_max_rate_rad_s'])
+                or estimate.min_ttc_s <= 0):
+            self.counters.add(implausible_windows=1)
+            return False
+        return True
 
     def _gyro_mean(self, window: FlowWindow):
         """
