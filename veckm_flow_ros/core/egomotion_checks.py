@@ -56,8 +56,8 @@ class GyroBiasTracker:
     windows (0: never); the interval doubles (up to BACK_OFF times) after each rejected
     measurement and after each accepted one once the estimate's standard deviation is below
     SETTLED_RAD_S (flows that never pass the accuracy check, or a settled bias, cost little),
-    and returns to every_windows after an accepted one before that; prior_rad_s: standard deviation of the bias before any measurement
-    (per axis); max_rad_s: measurements larger than this on any axis are rejected (a motion
+    and returns to every_windows after an accepted one before that; prior_rad_s: standard
+    deviation of the bias before any measurement (per axis); max_rad_s: measurements larger than this on any axis are rejected (a motion
     the flows mistook, e.g. the two solutions of a plane filling the view, not a bias).
     """
 
