@@ -57,8 +57,9 @@ class GyroBiasTracker:
     measurement and after each accepted one once the estimate's standard deviation is below
     SETTLED_RAD_S (flows that never pass the accuracy check, or a settled bias, cost little),
     and returns to every_windows after an accepted one before that; prior_rad_s: standard
-    deviation of the bias before any measurement (per axis); max_rad_s: measurements larger than this on any axis are rejected (a motion
-    the flows mistook, e.g. the two solutions of a plane filling the view, not a bias).
+    deviation of the bias before any measurement (per axis); max_rad_s: measurements larger
+    than this on any axis are rejected (a motion the flows mistook, e.g. the two solutions of
+    a plane filling the view, not a bias).
     """
 
     GATE = 5.0  # standard deviations beyond which a measurement is rejected
