@@ -166,8 +166,10 @@ BUILT="$CACHE/build-$build_hash"
 export PYTHONPATH="$SYSROOT/site-packages"
 if [ ! -f "$BUILT/.complete" ]; then
   say "cross-compiling csrc/ for aarch64 ($(aarch64-linux-gnu-g++ --version | head -n 1))"
+  # -fopt-info-vec-optimized (no effect on the code): the vectorized loops, checked below.
   (cd "$WORK/repo" && CC=aarch64-linux-gnu-gcc CXX=aarch64-linux-gnu-g++ \
      LDSHARED="aarch64-linux-gnu-g++ -shared" CPLUS_INCLUDE_PATH="$SYSROOT/usr/include" \
+     CFLAGS="-fopt-info-vec-optimized" \
      MAX_JOBS="$(nproc)" "${PY_ARM[@]}" setup.py -q build_ext --inplace > "$WORK/build.log" 2>&1) \
     || { grep -E -B2 -A8 'error' "$WORK/build.log" | head -n 60 >&2
          echo "[aarch64] FAILED: the cross build does not compile (log: $WORK/build.log)" >&2
@@ -183,6 +185,24 @@ else
   say "built already (sources unchanged): $BUILT"
 fi
 grep -E 'warning:' "$BUILT/build.log" | grep -v '/torch/include/' | head -n 10 >&2 || true
+# encode's hot loops (VECKM_CPU_CLONES functions) vectorized for NEON: each has a vectorized loop.
+python3 - "$ROOT/csrc/cpu/encode_cpu.cpp" "$BUILT/build.log" <<'PY' || exit 1
+import re
+import sys
+source, log = (open(path).read() for path in sys.argv[1:])
+lines = source.split('\n')
+starts = [(number + 1, re.search(r'void (\w+)\(', line).group(1))
+          for number, line in enumerate(lines) if line.startswith('VECKM_CPU_CLONES void')]
+vectorized = {int(line) for line in re.findall(r'encode_cpu\.cpp:(\d+):\d+: optimized: loop vectorized', log)}
+missing = []
+for first, name in starts:
+    end = lines.index('}', first) + 1  # the function's closing brace (column 0)
+    if not any(first <= line <= end for line in vectorized):
+        missing.append(name)
+if missing or not starts:
+    sys.exit(f'[aarch64] FAILED: encode loops not vectorized for aarch64 in {missing or "(none found)"}')
+print(f'[aarch64] encode: a vectorized (NEON) loop in each of {", ".join(name for _, name in starts)}')
+PY
 
 # 5. The test modules under emulation.
 cd "$WORK/repo"

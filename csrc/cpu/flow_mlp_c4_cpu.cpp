@@ -95,19 +95,13 @@ at::Tensor flow_mlp_c4_cpu(const at::Tensor& features_in, at::TensorList blocks,
   const float* w3_t_ptr = w3_t.data_ptr<float>();
   float* flow_ptr = flow.data_ptr<float>();
   const auto scale = static_cast<float>(flow_scale);
-  auto run = [&](auto rows_of_tiles) {
+  with_mlp_kernels([&](auto kernels) {
+    using Kernels = decltype(kernels);
     parallel_balanced((m + kTileRows - 1) / kTileRows, 4, [&](int64_t begin, int64_t end) {
-      rows_of_tiles(features_ptr, layer1, layer2, w3_t_ptr, scale, begin * kTileRows,
-                    std::min(end * kTileRows, m), flow_ptr);
+      flow_mlp_c4_rows<Kernels>(features_ptr, layer1, layer2, w3_t_ptr, scale,
+                                begin * kTileRows, std::min(end * kTileRows, m), flow_ptr);
     });
-  };
-#ifdef VECKM_HAVE_AVX2_KERNEL
-  if (cpu_has_avx2_fma() && !portable_kernels_forced()) {
-    run(flow_mlp_c4_rows<Avx2Mlp>);
-    return flow;
-  }
-#endif
-  run(flow_mlp_c4_rows<PortableMlp>);
+  });
   return flow;
 }
 

@@ -113,19 +113,13 @@ at::Tensor flow_mlp_cpu(const at::Tensor& features_in, const at::Tensor& w1_in,
     float* flow_ptr = flow.data_ptr<float>();
     const auto scale = static_cast<float>(flow_scale);
     // Grain: whole tiles, enough rows per task to amortise the per-task scratch.
-    auto run = [&](auto rows_of_tiles) {
+    with_mlp_kernels([&](auto kernels) {
+      using Kernels = decltype(kernels);
       parallel_balanced((m + kTileRows - 1) / kTileRows, 4, [&](int64_t begin, int64_t end) {
-        rows_of_tiles(features_ptr, in_size, w1_ptr, w2_ptr, w3_t_ptr, hidden, scale,
-                      begin * kTileRows, std::min(end * kTileRows, m), flow_ptr);
+        flow_mlp_rows<Kernels>(features_ptr, in_size, w1_ptr, w2_ptr, w3_t_ptr, hidden, scale,
+                               begin * kTileRows, std::min(end * kTileRows, m), flow_ptr);
       });
-    };
-#ifdef VECKM_HAVE_AVX2_KERNEL
-    if (cpu_has_avx2_fma() && !portable_kernels_forced()) {
-      run(flow_mlp_rows<Avx2Mlp>);
-      return flow;
-    }
-#endif
-    run(flow_mlp_rows<PortableMlp>);
+    });
     return flow;
   }
   flow_mlp_blas(features, w1, w2, w3, flow_scale, flow);

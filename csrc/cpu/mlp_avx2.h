@@ -153,3 +153,20 @@ inline bool cpu_has_avx2_fma() {
 }  // namespace veckm_flow
 
 #endif  // VECKM_HAVE_AVX2_KERNEL
+
+namespace veckm_flow {
+
+// Calls run(kernels) with the micro-kernels for this CPU: Avx2Mlp on x86-64 with AVX2 and FMA
+// (unless VECKM_CPU_KERNELS=portable), PortableMlp elsewhere.
+template <class Run>
+void with_mlp_kernels(Run&& run) {
+#ifdef VECKM_HAVE_AVX2_KERNEL
+  if (cpu_has_avx2_fma() && !portable_kernels_forced()) {
+    run(Avx2Mlp{});
+    return;
+  }
+#endif
+  run(PortableMlp{});
+}
+
+}  // namespace veckm_flow
