@@ -70,7 +70,7 @@ command -v dpkg-deb >/dev/null || skip "dpkg-deb missing (a Debian host is neede
 #    aarch64 wheels, a Cortex-A76's /proc/cpuinfo and MIDR_EL1 registers (qemu passes the host's
 #    x86 /proc/cpuinfo through, and torch's CPU detection fails on it). -L makes qemu look for
 #    absolute paths in the sysroot first.
-wheel_lines="$(grep -E '^(torch|numpy|pytest|hypothesis|setuptools|wheel)\b' \
+wheel_lines="$(grep -E '^(torch|numpy|opencv-python-headless|pytest|hypothesis|setuptools|wheel)\b' \
   "$ROOT/requirements-aarch64.txt")"
 sysroot_hash="$(printf '%s\n' "$SUITE $DEBIAN_PACKAGES $MIDR_EL1 $(nproc)" "$wheel_lines" \
   | sha256sum | cut -c1-16)"
@@ -160,16 +160,19 @@ if [ -d "$ROOT/../shared" ]; then ln -sfn "$(cd "$ROOT/../shared" && pwd)" "$WOR
 
 # 4. Both extensions, cross-compiled: setup.py run by the emulated Python (torch's flags for the
 #    aarch64 torch), the compiler the x86 aarch64-linux-gnu one. Cached by the sources' hash.
+CROSS_CPPFLAGS="-fopt-info-vec-optimized"
 build_hash="$(cd "$ROOT" && { git ls-files --cached --others --exclude-standard -z setup.py csrc \
-  | xargs -0 sha256sum; cat "$SYSROOT/.stamp"; } | sha256sum | cut -c1-16)"
+  | xargs -0 sha256sum; echo "$SUITE $DEBIAN_PACKAGES $CROSS_CPPFLAGS"; grep -E '^torch\b' <<< "$wheel_lines"
+  } | sha256sum | cut -c1-16)"
 BUILT="$CACHE/build-$build_hash"
 export PYTHONPATH="$SYSROOT/site-packages"
 if [ ! -f "$BUILT/.complete" ]; then
   say "cross-compiling csrc/ for aarch64 ($(aarch64-linux-gnu-g++ --version | head -n 1))"
+  # CPPFLAGS is added to setup.py's flags (CFLAGS would replace Python's -Wall -DNDEBUG ...);
   # -fopt-info-vec-optimized (no effect on the code): the vectorized loops, checked below.
   (cd "$WORK/repo" && CC=aarch64-linux-gnu-gcc CXX=aarch64-linux-gnu-g++ \
      LDSHARED="aarch64-linux-gnu-g++ -shared" CPLUS_INCLUDE_PATH="$SYSROOT/usr/include" \
-     CFLAGS="-fopt-info-vec-optimized" \
+     CPPFLAGS="$CROSS_CPPFLAGS" \
      MAX_JOBS="$(nproc)" "${PY_ARM[@]}" setup.py -q build_ext --inplace > "$WORK/build.log" 2>&1) \
     || { grep -E -B2 -A8 'error' "$WORK/build.log" | head -n 60 >&2
          echo "[aarch64] FAILED: the cross build does not compile (log: $WORK/build.log)" >&2
@@ -209,7 +212,7 @@ cd "$WORK/repo"
 say "pytest under qemu-aarch64 ($QEMU_CPU_MODEL): $(echo $MODULES)"
 test_paths=()
 for module in $MODULES; do test_paths+=("test/$module.py"); done
-"${PY_ARM[@]}" -m pytest -q -p no:cacheprovider "${test_paths[@]}" \
+"${PY_ARM[@]}" -m pytest -q -p no:cacheprovider --durations=5 "${test_paths[@]}" \
   || { echo "[aarch64] FAILED: test modules under emulation (above)" >&2; exit 1; }
 
 # 6. The ops on aarch64 against the x86 build on the same inputs: the x86 build saves inputs and
