@@ -70,7 +70,7 @@ command -v dpkg-deb >/dev/null || skip "dpkg-deb missing (a Debian host is neede
 #    aarch64 wheels, a Cortex-A76's /proc/cpuinfo and MIDR_EL1 registers (qemu passes the host's
 #    x86 /proc/cpuinfo through, and torch's CPU detection fails on it). -L makes qemu look for
 #    absolute paths in the sysroot first.
-wheel_lines="$(grep -E '^(torch|numpy|opencv-python-headless|pytest|hypothesis|setuptools|wheel)\b' \
+wheel_lines="$(grep -E '^(torch|numpy|opencv-python-headless|rosbags|pytest|hypothesis|setuptools|wheel)\b' \
   "$ROOT/requirements-aarch64.txt")"
 sysroot_hash="$(printf '%s\n' "$SUITE $DEBIAN_PACKAGES $MIDR_EL1 $(nproc)" "$wheel_lines" \
   | sha256sum | cut -c1-16)"
@@ -110,7 +110,8 @@ if ! stamp_ok "$SYSROOT/.stamp" "$sysroot_hash"; then
   wheel_cache="$CACHE/wheels"
   mkdir -p "$wheel_cache"
   printf '%s\n' "$wheel_lines" > "$CACHE/requirements.txt"
-  pip_options=(--disable-pip-version-check -q --root-user-action=ignore --only-binary=:all:
+  export PIP_ROOT_USER_ACTION=ignore
+  pip_options=(--disable-pip-version-check -q --only-binary=:all:
                --python-version 3.11
                --implementation cp --abi cp311 --platform manylinux_2_28_aarch64
                --platform manylinux2014_aarch64 --platform manylinux_2_17_aarch64)
