@@ -70,7 +70,7 @@ command -v dpkg-deb >/dev/null || skip "dpkg-deb missing (a Debian host is neede
 #    aarch64 wheels, a Cortex-A76's /proc/cpuinfo and MIDR_EL1 registers (qemu passes the host's
 #    x86 /proc/cpuinfo through, and torch's CPU detection fails on it). -L makes qemu look for
 #    absolute paths in the sysroot first.
-wheel_lines="$(grep -E '^(torch|numpy|opencv-python-headless|rosbags|pytest|hypothesis|setuptools|wheel)\b' \
+wheel_lines="$(grep -E '^(torch|numpy|opencv-python-headless|rosbags|pyyaml|pytest|hypothesis|setuptools|wheel)\b' \
   "$ROOT/requirements-aarch64.txt")"
 sysroot_hash="$(printf '%s\n' "$SUITE $DEBIAN_PACKAGES $MIDR_EL1 $(nproc)" "$wheel_lines" \
   | sha256sum | cut -c1-16)"
