@@ -9,7 +9,7 @@
 # inputs (relative error <= 1e-5).
 #
 #   scripts/check_aarch64.sh                 # every module of AARCH64_MODULES below
-#   scripts/check_aarch64.sh --subset        # the representative subset that `make test` runs
+#   scripts/check_aarch64.sh --subset        # a quicker representative subset (SUBSET_MODULES)
 #   scripts/check_aarch64.sh --optional ...  # exit 0 ("skipped: <reason>") when a prerequisite
 #                                            # cannot be installed
 # Downloads and the sysroot are cached under ~/.cache/veckm_flow_ros/aarch64 and rebuilt only when
@@ -25,7 +25,7 @@ SUITE=bookworm
 # Debian packages of the sysroot (apt adds their dependencies): Python 3.11 and its headers,
 # the C++ runtime the wheels link against.
 DEBIAN_PACKAGES="python3.11 libpython3.11-dev libstdc++6 libgomp1 zlib1g"
-# Test modules run under emulation (no ROS), and the subset `make test` runs.
+# Test modules run under emulation (no ROS), and the quicker subset of --subset.
 AARCH64_MODULES="test_encode_ops test_model test_estimator test_decode test_decode_robustness
   test_egomotion_compiled test_egomotion_stream test_fuzz"
 SUBSET_MODULES="test_encode_ops test_model test_egomotion_compiled"
