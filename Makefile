@@ -2,7 +2,8 @@
 #   make demo   replay the bundled recording through the estimator: pictures + evaluation table
 #   make test   the full test suite (real rclpy, real bags, compiled extension) on ROS 2 Kilted,
 #               and the ROS-facing tests (marker `ros`) on ROS 2 Jazzy too, as CI runs it
-.PHONY: setup setup-jazzy demo test bench clean
+#   make test-aarch64   the package built for aarch64 and its CPU tests run under emulation
+.PHONY: setup setup-jazzy demo test test-aarch64 bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +17,11 @@ demo: setup
 
 test: setup-jazzy
 	bash scripts/test.sh
+
+# Emulated aarch64 (qemu-user, Debian arm64 Python, PyPI wheels): every CPU test module that needs
+# no ROS, and the ops against this machine's build (scripts/check_aarch64.sh).
+test-aarch64: setup
+	bash scripts/check_aarch64.sh
 
 bench: setup
 	.venv/bin/veckm-flow bench

@@ -7,6 +7,12 @@
 # package on its path (the extension built for .venv: both pin the same torch). `make test` runs
 # the tests marked `ros` there too.
 # Idempotent: each step is skipped when what it installs has not changed (hash stamps).
+# On aarch64 (Raspberry Pi 5, Jetson Orin) the ROS 2 wheels do not exist: .venv/ gets
+# requirements-aarch64.txt instead (the CPU-only torch of PyPI, no CUDA libraries) and the
+# extension; the nodes run from the robot's ROS 2 install (colcon build). With
+# VECKM_TORCH=system the venv sees the system's packages and uses the torch already installed
+# there (JetPack's CUDA torch on a Jetson) instead of installing one; the extension is then built
+# with CUDA when that torch has it.
 #
 #   scripts/setup.sh                 # creates or updates .venv/
 #   scripts/setup.sh --with-jazzy    # ... and .venv-jazzy/
@@ -92,6 +98,39 @@ setup_ros_env() {
   fi
 }
 
+# aarch64: a Python 3.11 venv with requirements-aarch64.txt (torch: the CPU-only wheel of PyPI;
+# the CUDA torch wheels of PyPI would pull the CUDA libraries onto a CPU-only board). With
+# VECKM_TORCH=system: a venv over the system's site-packages and the torch found there (e.g.
+# JetPack's on a Jetson), checked against the versions the extension is built and tested with.
+setup_aarch64_env() {
+  ENV_DIR="$VENV"
+  PY="$ENV_DIR/bin/python"
+  local requirements=requirements-aarch64.txt venv_flags=() req_hash
+  if [ "${VECKM_TORCH:-pypi}" = system ]; then
+    venv_flags=(--system-site-packages)
+    "$PYTHON" -c 'import torch' 2>/dev/null \
+      || { echo "error: VECKM_TORCH=system but $PYTHON does not import torch" >&2; exit 1; }
+    # Tested: 2.10 (aarch64, emulated), 2.13 (x86-64); other versions are built but untested.
+    "$PYTHON" -c 'import torch; v = torch.__version__; v.split(".")[:2] in (["2", "10"], ["2", "13"]) or print(f"note: the system torch {v} is not one the extension is tested with (2.10, 2.13); building against it anyway")' >&2
+  fi
+  if [ ! -x "$PY" ]; then
+    say "creating $ENV_DIR with $($PYTHON --version) (aarch64${venv_flags:+, system site-packages})"
+    "$PYTHON" -m venv "${venv_flags[@]}" "$ENV_DIR"
+  fi
+  req_hash="$(content_hash "$requirements")-${VECKM_TORCH:-pypi}"
+  if ! stamp_ok requirements "$req_hash"; then
+    say "installing $requirements into $ENV_DIR (aarch64: no ROS 2 wheels; torch ${VECKM_TORCH:-from PyPI, CPU-only})"
+    pip_install --upgrade pip
+    if [ "${VECKM_TORCH:-pypi}" = system ]; then
+      pip_install -r <(grep -vE '^torch\b' "$ROOT/$requirements")
+    else
+      pip_install -r "$ROOT/$requirements"
+    fi
+    stamp_set requirements "$req_hash"
+    rm -f "$ENV_DIR"/.stamp_package
+  fi
+}
+
 # 0. xmllint for the ament_xmllint test (Debian's libxml2-utils), when we may install packages.
 if ! command -v xmllint >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
@@ -103,8 +142,13 @@ if ! command -v xmllint >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; t
   fi
 fi
 
-# 1-2. Kilted: packages and event_camera_msgs.
-setup_ros_env "$VENV" requirements.txt
+MACHINE="$(uname -m)"
+if [ "$MACHINE" = aarch64 ] || [ "$MACHINE" = arm64 ]; then
+  setup_aarch64_env
+else
+  # 1-2. Kilted: packages and event_camera_msgs.
+  setup_ros_env "$VENV" requirements.txt
+fi
 
 # 3. This package (editable) and its two extensions.
 EXTENSIONS='veckm_flow_ros._C, veckm_flow_ros._egomotion'
@@ -114,11 +158,15 @@ if ! stamp_ok package "$pkg_hash" || ! "$PY" -c "import torch, $EXTENSIONS" 2>/d
   pip_install --no-build-isolation --no-deps -e "$ROOT"
   stamp_set package "$pkg_hash"
 fi
-"$PY" -c "import torch, rclpy, event_camera_msgs.msg, $EXTENSIONS" \
+ros_imports="rclpy, event_camera_msgs.msg, "
+[ "$MACHINE" = x86_64 ] || ros_imports=""
+"$PY" -c "import torch, $ros_imports$EXTENSIONS" \
   || { echo "error: the environment in $VENV does not import; delete it and run again" >&2; exit 1; }
-say "ready: $VENV ($(du -sh "$VENV" | cut -f1))"
+say "ready: $VENV ($(du -sh "$VENV" | cut -f1), torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 
 [ "$WITH_JAZZY" = 1 ] || exit 0
+[ "$MACHINE" = x86_64 ] || { echo "error: --with-jazzy needs the ROS 2 wheels of PyPI, which" \
+                                  "exist for x86-64 only (this machine: $MACHINE)" >&2; exit 1; }
 # The extensions of step 3 (built in place, veckm_flow_ros/*.so) serve Jazzy too: same torch
 # and Python.
 torch_pin() { grep -E '^torch==' "$ROOT/$1" || echo "(no torch== line)"; }

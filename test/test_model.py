@@ -185,8 +185,6 @@ def _c4_model(seed=0):
 @pytest.mark.parametrize('rows', [0, 1, 23, 24, 25, 1000])
 def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
     from veckm_flow_ros import ops
-    if not ops.has_flow_mlp_c4():
-        pytest.skip('flow_mlp_c4 needs x86-64 with AVX2 and FMA')
     for model in (_c4_model(0), _c4_model(1), load_model('veckm_r10_tau12ms'),
                   load_model('veckm_r8_tau16ms')):
         assert model.equivariance == 'c4' and model.c4_fourier_blocks is not None
@@ -197,8 +195,34 @@ def test_c4_fourier_mlp_equals_the_dense_mlp(rows):
         torch.testing.assert_close(fast, dense, rtol=0, atol=2e-5 * scale + 1e-6)
 
 
+@pytest.mark.parametrize('rows', [1, 5, 23, 24, 25, 301])
+def test_portable_mlp_kernels_equal_the_default_ones(rows, monkeypatch):
+    # VECKM_CPU_KERNELS=portable: the micro-kernels of an aarch64 build, here on any CPU.
+    from veckm_flow_ros import ops
+    model = load_model('veckm_r8_tau16ms')
+    blocks, groups = model.c4_fourier_blocks
+    features = torch.randn(rows, 128, generator=torch.Generator().manual_seed(rows))
+    exact = ((features.double() @ model.w1.double()).relu() @ model.w2.double()).relu() \
+        @ model.w3.double() * 60.0
+    results = {}
+    for kernels in ('default', 'portable'):
+        if kernels == 'portable':
+            monkeypatch.setenv('VECKM_CPU_KERNELS', 'portable')
+        results[kernels] = (ops.flow_mlp(features, model.w1, model.w2, model.w3, 60.0),
+                            ops.flow_mlp_c4(features, blocks, model.w3, groups, 60.0))
+    scale = float(exact.abs().max())
+    for dense, fourier in results.values():
+        torch.testing.assert_close(dense.double(), exact, rtol=0, atol=2e-6 * scale)
+        torch.testing.assert_close(fourier.double(), exact, rtol=0, atol=2e-5 * scale)
+    # Not the same code on an AVX2 machine (different summation orders), equal up to rounding.
+    for default, portable in zip(results['default'], results['portable']):
+        torch.testing.assert_close(portable, default, rtol=0, atol=2e-5 * scale)
+
+
 def test_c4_fourier_form_only_for_models_it_reproduces():
     from veckm_flow_ros import ops
+    # Every CPU build runs it (AVX2 kernels on x86-64, portable ones elsewhere).
+    assert ops.has_flow_mlp_c4()
     model = _c4_model()
     # Not equivariant any more: the dense kernel.
     broken = dataclasses.replace(model, w2=model.w2 + 0.01 * torch.randn(model.w2.shape))

@@ -134,7 +134,7 @@ def flow_mlp(features: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: tor
 def flow_mlp_c4(features: torch.Tensor, blocks: Sequence[torch.Tensor], w3: torch.Tensor,
                 input_groups: int, flow_scale: float = 1.0) -> torch.Tensor:
     """
-    Run a C4-equivariant flow MLP in its Fourier form (CPU with AVX2 and FMA only).
+    Run a C4-equivariant flow MLP in its Fourier form (CPU only).
 
     blocks (6 float32 matrices), input_groups: from symmetry.c4_fourier_blocks(model);
     features float32 [M, 4 C_in], w3 float32 [4 C_out, 2]; returns float32 [M, 2] as for
@@ -145,7 +145,7 @@ def flow_mlp_c4(features: torch.Tensor, blocks: Sequence[torch.Tensor], w3: torc
 
 
 def has_flow_mlp_c4() -> bool:
-    """Whether this CPU runs flow_mlp_c4 (x86-64 with AVX2 and FMA)."""
+    """Whether the extension runs flow_mlp_c4 (every CPU build: AVX2 or portable kernels)."""
     global _HAS_FLOW_MLP_C4
     if _HAS_FLOW_MLP_C4 is None:
         try:

@@ -49,7 +49,11 @@
 #include "../ops.h"
 #include "parallel.h"
 
-// Hot loops are compiled twice, for AVX2+FMA and for the baseline ISA, and picked at load time.
+// Hot loops (VECKM_CPU_CLONES) are plain loops over channels that the compiler vectorizes. On
+// x86-64 they are compiled twice, for AVX2+FMA and for the baseline ISA, and picked at load
+// time; on AArch64 once, for the baseline ARMv8-A, whose Advanced SIMD (NEON, 4 floats) and
+// fused multiply-add every such CPU has (each of these functions' channel loops is vectorized:
+// GCC's -fopt-info-vec on the cross build; scripts/check_aarch64.sh checks it).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define VECKM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else

@@ -15,11 +15,11 @@
 // CPU kernel of the flow MLP op (schema and checks: ../flow_mlp.cpp):
 //   flow = relu(relu(features @ w1) @ w2) @ w3 * flow_scale.
 //
-// On x86-64 CPUs with AVX2 and FMA (checked at run time) a fused kernel runs the three layers
-// on tiles of 24 rows whose activations stay in L1: each hidden layer is a register-blocked
-// 6 x 16 micro-kernel (12 accumulators, weights streamed from L2), ReLU fused at the store.
-// Elsewhere, or for hidden sizes that are not a multiple of 16, the layers go to ATen's BLAS
-// in row chunks. Parallel over tiles (a few parts per thread, taken dynamically: parallel.h)
+// A fused kernel runs the three layers on tiles of 24 rows whose activations stay in L1: each
+// hidden layer is a register-blocked micro-kernel of 16 columns (weights streamed from L2),
+// ReLU fused at the store: AVX2 + FMA on x86-64 CPUs that have them (checked at run time),
+// portable vector code elsewhere (mlp_portable.h; NEON on AArch64). For hidden sizes that are
+// not a multiple of 16 (or VECKM_FLOW_MLP=blas) the layers go to ATen's BLAS in row chunks. Parallel over tiles (a few parts per thread, taken dynamically: parallel.h)
 // or chunks (at::parallel_for).
 
 #include <ATen/ATen.h>
@@ -64,25 +64,21 @@ void flow_mlp_blas(const at::Tensor& features, const at::Tensor& w1, const at::T
   });
 }
 
-#ifdef VECKM_HAVE_AVX2_KERNEL
-
-// Rows [begin, end) of the MLP; w1, w2 packed by pack_panels; w3_t is w3 transposed (2, H) so the last layer is two dots.
-__attribute__((target("avx2,fma"))) void flow_mlp_rows(const float* features, int64_t in_size,
-                                                       const float* w1, const float* w2,
-                                                       const float* w3_t, int64_t hidden,
-                                                       float flow_scale, int64_t begin,
-                                                       int64_t end, float* flow) {
+// Rows [begin, end) of the MLP; w1, w2 packed by pack_panels; w3_t is w3 transposed (2, H) so
+// the last layer is two dots.
+template <class K>
+void flow_mlp_rows(const float* features, int64_t in_size, const float* w1, const float* w2,
+                   const float* w3_t, int64_t hidden, float flow_scale, int64_t begin,
+                   int64_t end, float* flow) {
   std::vector<float> hidden1(kTileRows * hidden), hidden2(kTileRows * hidden);
   for (int64_t tile = begin; tile < end; tile += kTileRows) {
     const int64_t rows = std::min(kTileRows, end - tile);
-    relu_layer(features + tile * in_size, in_size, rows, w1, in_size, hidden, hidden1.data(),
-               hidden);
-    relu_layer(hidden1.data(), hidden, rows, w2, hidden, hidden, hidden2.data(), hidden);
-    output_layer(hidden2.data(), rows, hidden, w3_t, flow_scale, flow + tile * 2);
+    relu_layer<K>(features + tile * in_size, in_size, rows, w1, in_size, hidden,
+                  hidden1.data(), hidden);
+    relu_layer<K>(hidden1.data(), hidden, rows, w2, hidden, hidden, hidden2.data(), hidden);
+    K::output_layer(hidden2.data(), rows, hidden, w3_t, flow_scale, flow + tile * 2);
   }
 }
-
-#endif  // VECKM_HAVE_AVX2_KERNEL
 
 // VECKM_FLOW_MLP=blas forces the BLAS path (for benchmarks and tests of the fallback).
 bool fused_kernel_disabled() {
@@ -105,8 +101,7 @@ at::Tensor flow_mlp_cpu(const at::Tensor& features_in, const at::Tensor& w1_in,
   const int64_t hidden = w1.size(1);
   auto flow = at::empty({m, 2}, features.options());
   if (m == 0) return flow;
-#ifdef VECKM_HAVE_AVX2_KERNEL
-  if (hidden % kBlockColumns == 0 && cpu_has_avx2_fma() && !fused_kernel_disabled()) {
+  if (hidden % kBlockColumns == 0 && !fused_kernel_disabled()) {
     const auto w3_t = w3.t().contiguous();
     const int64_t in_size = features.size(1);
     const float* features_ptr = features.data_ptr<float>();
@@ -118,13 +113,15 @@ at::Tensor flow_mlp_cpu(const at::Tensor& features_in, const at::Tensor& w1_in,
     float* flow_ptr = flow.data_ptr<float>();
     const auto scale = static_cast<float>(flow_scale);
     // Grain: whole tiles, enough rows per task to amortise the per-task scratch.
-    parallel_balanced((m + kTileRows - 1) / kTileRows, 4, [&](int64_t begin, int64_t end) {
-      flow_mlp_rows(features_ptr, in_size, w1_ptr, w2_ptr, w3_t_ptr, hidden, scale,
-                    begin * kTileRows, std::min(end * kTileRows, m), flow_ptr);
+    with_mlp_kernels([&](auto kernels) {
+      using Kernels = decltype(kernels);
+      parallel_balanced((m + kTileRows - 1) / kTileRows, 4, [&](int64_t begin, int64_t end) {
+        flow_mlp_rows<Kernels>(features_ptr, in_size, w1_ptr, w2_ptr, w3_t_ptr, hidden, scale,
+                               begin * kTileRows, std::min(end * kTileRows, m), flow_ptr);
+      });
     });
     return flow;
   }
-#endif
   flow_mlp_blas(features, w1, w2, w3, flow_scale, flow);
   return flow;
 }

@@ -12,16 +12,16 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The AVX2 + FMA building blocks of the CPU MLP kernels (flow_mlp_cpu.cpp, flow_mlp_c4_cpu.cpp):
-// register-blocked 6 x 16 micro-kernels with the ReLU fused at the store, weights packed in
-// column panels, and the two-output last layer. Compiled only on x86-64 (VECKM_HAVE_AVX2_KERNEL);
-// callers check cpu_has_avx2_fma() at run time.
+// The x86-64 AVX2 + FMA micro-kernels of the CPU MLPs (Avx2Mlp: the interface and the drivers
+// they plug into are in mlp_portable.h): register-blocked 6 x 16 blocks with the ReLU fused at
+// the store, the two-output last layer, the C4 transforms of a row. Compiled only on x86-64
+// (VECKM_HAVE_AVX2_KERNEL); callers check cpu_has_avx2_fma() at run time.
 
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <vector>
+
+#include "mlp_portable.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -32,133 +32,118 @@
 
 namespace veckm_flow {
 
-constexpr int64_t kTileRows = 24;  // 4 micro-tiles of 6 rows
-constexpr int64_t kBlockRows = 6;
-constexpr int64_t kBlockColumns = 16;
+#define VECKM_AVX2 __attribute__((target("avx2,fma")))
 
-// c[0:rows, 0:16] = relu(a[0:rows, 0:k] @ b[0:k, 0:16]); rows <= 6. The 12 accumulators are
-// named variables (an array of __m256 is spilled to the stack by GCC on every iteration).
-template <bool kRelu>
-__attribute__((target("avx2,fma"))) inline void store_relu(float* c, __m256 low, __m256 high) {
-  if constexpr (kRelu) {
-    const __m256 zero = _mm256_setzero_ps();
-    low = _mm256_max_ps(low, zero);
-    high = _mm256_max_ps(high, zero);
-  }
-  _mm256_storeu_ps(c, low);
-  _mm256_storeu_ps(c + 8, high);
-}
+struct Avx2Mlp {
+  static constexpr int kBlockRows = 6;
 
-template <int kRows, bool kRelu = true>
-__attribute__((target("avx2,fma"))) inline void relu_block(const float* a, int64_t lda,
-                                                          const float* b, int64_t ldb,
-                                                          int64_t k_count, float* c,
-                                                          int64_t ldc) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  for (int64_t k = 0; k < k_count; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b + k * ldb);
-    const __m256 b1 = _mm256_loadu_ps(b + k * ldb + 8);
-    __m256 value = _mm256_broadcast_ss(a + k);
-    c00 = _mm256_fmadd_ps(value, b0, c00);
-    c01 = _mm256_fmadd_ps(value, b1, c01);
-    if constexpr (kRows > 1) {
-      value = _mm256_broadcast_ss(a + lda + k);
-      c10 = _mm256_fmadd_ps(value, b0, c10);
-      c11 = _mm256_fmadd_ps(value, b1, c11);
-    }
-    if constexpr (kRows > 2) {
-      value = _mm256_broadcast_ss(a + 2 * lda + k);
-      c20 = _mm256_fmadd_ps(value, b0, c20);
-      c21 = _mm256_fmadd_ps(value, b1, c21);
-    }
-    if constexpr (kRows > 3) {
-      value = _mm256_broadcast_ss(a + 3 * lda + k);
-      c30 = _mm256_fmadd_ps(value, b0, c30);
-      c31 = _mm256_fmadd_ps(value, b1, c31);
-    }
-    if constexpr (kRows > 4) {
-      value = _mm256_broadcast_ss(a + 4 * lda + k);
-      c40 = _mm256_fmadd_ps(value, b0, c40);
-      c41 = _mm256_fmadd_ps(value, b1, c41);
-    }
-    if constexpr (kRows > 5) {
-      value = _mm256_broadcast_ss(a + 5 * lda + k);
-      c50 = _mm256_fmadd_ps(value, b0, c50);
-      c51 = _mm256_fmadd_ps(value, b1, c51);
+  // Row kRow of a block of kRows (a no-op beyond it): two multiply-adds of 8 columns.
+  template <int kRow, int kRows>
+  VECKM_AVX2 static inline void multiply_add(const float* a, int64_t lda, int64_t k, __m256 b0,
+                                             __m256 b1, __m256& c0, __m256& c1) {
+    if constexpr (kRow < kRows) {
+      const __m256 value = _mm256_broadcast_ss(a + kRow * lda + k);
+      c0 = _mm256_fmadd_ps(value, b0, c0);
+      c1 = _mm256_fmadd_ps(value, b1, c1);
     }
   }
-  store_relu<kRelu>(c, c00, c01);
-  if constexpr (kRows > 1) store_relu<kRelu>(c + ldc, c10, c11);
-  if constexpr (kRows > 2) store_relu<kRelu>(c + 2 * ldc, c20, c21);
-  if constexpr (kRows > 3) store_relu<kRelu>(c + 3 * ldc, c30, c31);
-  if constexpr (kRows > 4) store_relu<kRelu>(c + 4 * ldc, c40, c41);
-  if constexpr (kRows > 5) store_relu<kRelu>(c + 5 * ldc, c50, c51);
-}
 
-// Weights (k, n) repacked as n / 16 contiguous panels of (k, 16): a panel is read with unit
-// stride (row-major rows 512 B apart would map a whole panel onto a few L1 sets).
-inline std::vector<float> pack_panels(const float* weights, int64_t k_count, int64_t n) {
-  std::vector<float> packed(k_count * n);
-  for (int64_t panel = 0; panel < n / kBlockColumns; ++panel) {
+  template <int kRow, int kRows, bool kRelu>
+  VECKM_AVX2 static inline void store(float* c, int64_t ldc, __m256 low, __m256 high) {
+    if constexpr (kRow < kRows) {
+      if constexpr (kRelu) {
+        const __m256 zero = _mm256_setzero_ps();
+        low = _mm256_max_ps(low, zero);
+        high = _mm256_max_ps(high, zero);
+      }
+      _mm256_storeu_ps(c + kRow * ldc, low);
+      _mm256_storeu_ps(c + kRow * ldc + 8, high);
+    }
+  }
+
+  // c[0:rows, 0:16] = relu(a[0:rows, 0:k] @ b[0:k, 0:16]); rows <= 6. The 12 accumulators
+  // are named variables (an array of __m256 is spilled to the stack by GCC on every
+  // iteration).
+  template <int kRows, bool kRelu>
+  VECKM_AVX2 static void block(const float* a, int64_t lda, const float* b, int64_t k_count,
+                               float* c, int64_t ldc) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t k = 0; k < k_count; ++k) {
-      std::copy(weights + k * n + panel * kBlockColumns,
-                weights + k * n + (panel + 1) * kBlockColumns,
-                packed.data() + (panel * k_count + k) * kBlockColumns);
+      const __m256 b0 = _mm256_loadu_ps(b + k * kBlockColumns);
+      const __m256 b1 = _mm256_loadu_ps(b + k * kBlockColumns + 8);
+      multiply_add<0, kRows>(a, lda, k, b0, b1, c00, c01);
+      multiply_add<1, kRows>(a, lda, k, b0, b1, c10, c11);
+      multiply_add<2, kRows>(a, lda, k, b0, b1, c20, c21);
+      multiply_add<3, kRows>(a, lda, k, b0, b1, c30, c31);
+      multiply_add<4, kRows>(a, lda, k, b0, b1, c40, c41);
+      multiply_add<5, kRows>(a, lda, k, b0, b1, c50, c51);
     }
+    store<0, kRows, kRelu>(c, ldc, c00, c01);
+    store<1, kRows, kRelu>(c, ldc, c10, c11);
+    store<2, kRows, kRelu>(c, ldc, c20, c21);
+    store<3, kRows, kRelu>(c, ldc, c30, c31);
+    store<4, kRows, kRelu>(c, ldc, c40, c41);
+    store<5, kRows, kRelu>(c, ldc, c50, c51);
   }
-  return packed;
-}
 
-// out[0:rows, 0:n] = relu(a[0:rows, 0:k] @ b) (or without the ReLU); b packed by pack_panels,
-// n a multiple of 16. Column panels outermost so each panel stays in L1 across the row blocks.
-template <bool kRelu = true>
-__attribute__((target("avx2,fma"))) inline void relu_layer(const float* a, int64_t lda, int64_t rows,
-                                                    const float* packed, int64_t k_count,
-                                                    int64_t n, float* out, int64_t ldo) {
-  for (int64_t column = 0; column < n; column += kBlockColumns) {
-    const float* b = packed + column * k_count;
-    int64_t row = 0;
-    for (; row + kBlockRows <= rows; row += kBlockRows) {
-      relu_block<6, kRelu>(a + row * lda, lda, b, kBlockColumns, k_count,
-                           out + row * ldo + column, ldo);
-    }
-    const float* a_rest = a + row * lda;
-    float* out_rest = out + row * ldo + column;
-    switch (rows - row) {
-      case 5: relu_block<5, kRelu>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
-      case 4: relu_block<4, kRelu>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
-      case 3: relu_block<3, kRelu>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
-      case 2: relu_block<2, kRelu>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
-      case 1: relu_block<1, kRelu>(a_rest, lda, b, kBlockColumns, k_count, out_rest, ldo); break;
-      default: break;
+  // Two dots per row (w3_t is w3 transposed, (2, H)).
+  VECKM_AVX2 static void output_layer(const float* hidden_rows, int64_t rows, int64_t hidden,
+                                      const float* w3_t, float flow_scale, float* flow) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* h = hidden_rows + r * hidden;
+      __m256 sum_u = _mm256_setzero_ps(), sum_v = _mm256_setzero_ps();
+      for (int64_t k = 0; k < hidden; k += 8) {
+        const __m256 value = _mm256_loadu_ps(h + k);
+        sum_u = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + k), sum_u);
+        sum_v = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + hidden + k), sum_v);
+      }
+      // Horizontal sums of both accumulators at once.
+      const __m256 pair = _mm256_hadd_ps(sum_u, sum_v);  // u0+u1 u2+u3 v0+v1 v2+v3 | ...
+      const __m128 halves = _mm_add_ps(_mm256_castps256_ps128(pair),
+                                       _mm256_extractf128_ps(pair, 1));
+      const __m128 totals = _mm_hadd_ps(halves, halves);  // u v u v
+      flow[r * 2] = _mm_cvtss_f32(totals) * flow_scale;
+      flow[r * 2 + 1] = _mm_cvtss_f32(_mm_shuffle_ps(totals, totals, 1)) * flow_scale;
     }
   }
-}
 
-// The last layer on a tile: flow[r] = (h[r] . w3_t[0], h[r] . w3_t[1]) * flow_scale, two dots
-// per row (w3_t is w3 transposed, (2, H)).
-__attribute__((target("avx2,fma"))) inline void output_layer(const float* hidden_rows,
-                                                            int64_t rows, int64_t hidden,
-                                                            const float* w3_t,
-                                                            float flow_scale, float* flow) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* h = hidden_rows + r * hidden;
-    __m256 sum_u = _mm256_setzero_ps(), sum_v = _mm256_setzero_ps();
-    for (int64_t k = 0; k < hidden; k += 8) {
-      const __m256 value = _mm256_loadu_ps(h + k);
-      sum_u = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + k), sum_u);
-      sum_v = _mm256_fmadd_ps(value, _mm256_loadu_ps(w3_t + hidden + k), sum_v);
+  // z = [z0 | z2 | zc | zs] (each c_in wide) of one row x; `groups` blocks of 4 planes of
+  // c_in / groups channels.
+  VECKM_AVX2 static void c4_forward(const float* x, int64_t c_in, int64_t groups, float* z) {
+    const int64_t width = c_in / groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* block = x + g * 4 * width;
+      float* out = z + g * width;
+      for (int64_t c = 0; c < width; c += 8) {
+        const __m256 p0 = _mm256_loadu_ps(block + c), p1 = _mm256_loadu_ps(block + width + c);
+        const __m256 p2 = _mm256_loadu_ps(block + 2 * width + c);
+        const __m256 p3 = _mm256_loadu_ps(block + 3 * width + c);
+        const __m256 even = _mm256_add_ps(p0, p2), odd = _mm256_add_ps(p1, p3);
+        _mm256_storeu_ps(out + c, _mm256_add_ps(even, odd));
+        _mm256_storeu_ps(out + c_in + c, _mm256_sub_ps(even, odd));
+        _mm256_storeu_ps(out + 2 * c_in + c, _mm256_sub_ps(p0, p2));
+        _mm256_storeu_ps(out + 3 * c_in + c, _mm256_sub_ps(p1, p3));
+      }
     }
-    // Horizontal sums of both accumulators at once.
-    const __m256 pair = _mm256_hadd_ps(sum_u, sum_v);  // u0+u1 u2+u3 v0+v1 v2+v3 | ...
-    const __m128 halves = _mm_add_ps(_mm256_castps256_ps128(pair),
-                                     _mm256_extractf128_ps(pair, 1));
-    const __m128 totals = _mm_hadd_ps(halves, halves);  // u v u v
-    flow[r * 2] = _mm_cvtss_f32(totals) * flow_scale;
-    flow[r * 2 + 1] = _mm_cvtss_f32(_mm_shuffle_ps(totals, totals, 1)) * flow_scale;
   }
-}
+
+  // Planes of one row from y = [y0 | y2 | yc | ys] (each c wide), with the ReLU.
+  VECKM_AVX2 static void c4_inverse_relu(const float* y, int64_t c, float* out) {
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t k = 0; k < c; k += 8) {
+      const __m256 y0 = _mm256_loadu_ps(y + k), y2 = _mm256_loadu_ps(y + c + k);
+      const __m256 yc = _mm256_loadu_ps(y + 2 * c + k), ys = _mm256_loadu_ps(y + 3 * c + k);
+      const __m256 sum = _mm256_add_ps(y0, y2), difference = _mm256_sub_ps(y0, y2);
+      _mm256_storeu_ps(out + k, _mm256_max_ps(_mm256_add_ps(sum, yc), zero));
+      _mm256_storeu_ps(out + c + k, _mm256_max_ps(_mm256_add_ps(difference, ys), zero));
+      _mm256_storeu_ps(out + 2 * c + k, _mm256_max_ps(_mm256_sub_ps(sum, yc), zero));
+      _mm256_storeu_ps(out + 3 * c + k, _mm256_max_ps(_mm256_sub_ps(difference, ys), zero));
+    }
+  }
+};
+
+#undef VECKM_AVX2
 
 inline bool cpu_has_avx2_fma() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -168,3 +153,20 @@ inline bool cpu_has_avx2_fma() {
 }  // namespace veckm_flow
 
 #endif  // VECKM_HAVE_AVX2_KERNEL
+
+namespace veckm_flow {
+
+// Calls run(kernels) with the micro-kernels for this CPU: Avx2Mlp on x86-64 with AVX2 and FMA
+// (unless VECKM_CPU_KERNELS=portable), PortableMlp elsewhere.
+template <class Run>
+void with_mlp_kernels(Run&& run) {
+#ifdef VECKM_HAVE_AVX2_KERNEL
+  if (cpu_has_avx2_fma() && !portable_kernels_forced()) {
+    run(Avx2Mlp{});
+    return;
+  }
+#endif
+  run(PortableMlp{});
+}
+
+}  // namespace veckm_flow
