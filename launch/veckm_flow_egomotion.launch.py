@@ -30,7 +30,8 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.descriptions import ParameterValue
 
-from veckm_flow_ros.ros.launch_arguments import declare_arguments, include_flow_node, PACKAGE
+from veckm_flow_ros.ros.launch_arguments import (
+    declare_arguments, egomotion_fastdds_env, include_flow_node, PACKAGE)
 
 # The flow node's name in veckm_flow.launch.py (its node_name default): ~/flow resolves here.
 FLOW_TOPIC = '/veckm_flow/flow'
@@ -40,7 +41,7 @@ def generate_launch_description():
     """Declare the arguments, the flow node (included) and the egomotion node."""
     arguments = declare_arguments('events_topic', 'params_file', 'egomotion_params_file',
                                   'camera_info_topic', 'imu_topic', 'use_sim_time',
-                                  'log_level')
+                                  'log_level', 'egomotion_fastdds_profile')
     use_sim_time = LaunchConfiguration('use_sim_time')
     egomotion = Node(
         package=PACKAGE,
@@ -55,6 +56,7 @@ def generate_launch_description():
                     ('~/camera_info', LaunchConfiguration('camera_info_topic')),
                     ('~/imu', LaunchConfiguration('imu_topic'))],
         arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
+        additional_env=egomotion_fastdds_env(LaunchConfiguration('egomotion_fastdds_profile')),
     )
     flow = include_flow_node(LaunchConfiguration('events_topic'), use_sim_time=use_sim_time,
                              log_level=LaunchConfiguration('log_level'))

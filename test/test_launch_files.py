@@ -44,7 +44,7 @@ EXPECTED_ARGUMENTS = {
                                  'player_fastdds_profile'},
     'veckm_flow_egomotion.launch.py': {'events_topic', 'params_file', 'egomotion_params_file',
                                        'camera_info_topic', 'imu_topic', 'use_sim_time',
-                                       'log_level'},
+                                       'log_level', 'egomotion_fastdds_profile'},
 }
 FORBIDDEN_NAMES = {'eval', 'exec', 'subprocess', 'os.system', 'Popen'}
 
@@ -98,7 +98,8 @@ def test_launch_file_static(file_name):
             or 'camera_with_flow_node' in source)
     if any(name.endswith('_fastdds_profile') for name in declared):
         # The profile reaches the event source's process (see the shared module's test below).
-        assert 'fastdds_profile_env' in source or 'camera_with_flow_node' in source
+        assert ('fastdds_profile_env' in source or 'fastdds_env' in source
+                or 'camera_with_flow_node' in source)
 
 
 def test_shared_launch_pieces():
@@ -108,6 +109,9 @@ def test_shared_launch_pieces():
     assert environment == {'FASTDDS_DEFAULT_PROFILES_FILE': 'profile.xml',
                            'FASTRTPS_DEFAULT_PROFILES_FILE': 'profile.xml'}
     assert 'additional_env=fastdds_profile_env(' in source
+    # The egomotion node reads its readers' memory policy from its profile.
+    assert launch_arguments.egomotion_fastdds_env('profile.xml') == dict(
+        environment, RMW_FASTRTPS_USE_QOS_FROM_XML='1')
     assert "executable='veckm_flow_node'" not in source  # the node is launched in one place
     assert "'launch', 'veckm_flow.launch.py'" in source
     used = set().union(*EXPECTED_ARGUMENTS.values())

@@ -62,6 +62,11 @@ ARGUMENTS = {
         'Fast DDS XML profile of the flow node process (default: a 16 MiB shared-memory '
         'segment: at ~1 M flows/s one ~/flow message outgrows the default 512 KiB segment); '
         'empty = Fast DDS defaults.', share_default=('config', 'fastdds_event_driver.xml')),
+    'egomotion_fastdds_profile': Argument(
+        'Fast DDS XML profile of the egomotion node process, read with '
+        'RMW_FASTRTPS_USE_QOS_FROM_XML=1 (default: readers that free each ~/flow message once '
+        'taken, so a huge cloud does not stay in memory; a replacement must set the history '
+        'memory policy of the readers).', share_default=('config', 'fastdds_egomotion.xml')),
     'bag': Argument('Path of the bag (directory with metadata.yaml, or a file).'),
     'rate': Argument('Playback speed factor (1.0 = real time).', '1.0'),
     'loop': Argument('Replay the bag in a loop (the node resets on the time jump).', 'false'),
@@ -105,6 +110,13 @@ def fastdds_profile_env(profile) -> dict:
     # Fast DDS 3 (Kilted) reads the first name (and still the second), Fast DDS 2 (Humble,
     # Jazzy) only the second: test/test_dds_profile.py checks this on Kilted and Jazzy.
     return {'FASTDDS_DEFAULT_PROFILES_FILE': profile, 'FASTRTPS_DEFAULT_PROFILES_FILE': profile}
+
+
+def egomotion_fastdds_env(profile) -> dict:
+    """Environment of the egomotion node: its Fast DDS profile, QoS taken from the XML."""
+    # rmw_fastrtps otherwise imposes a history memory policy that keeps a buffer of the largest
+    # message each reader received (config/fastdds_egomotion.xml says why).
+    return dict(fastdds_profile_env(profile), RMW_FASTRTPS_USE_QOS_FROM_XML='1')
 
 
 def include_flow_node(events_topic, **launch_arguments):
