@@ -76,7 +76,8 @@ def main(argv=None):
 
     print(f'{args.rows} rows, {args.threads} thread(s), model {args.model}; CPU ms per call, '
           f'median of {args.rounds} alternating rounds of {args.calls} calls (min-max)')
-    print(f'{"op":18s} {"default (AVX2 on x86-64)":>26s} {"portable":>22s} {"portable/default":>17s}')
+    print(f'{"op":18s} {"default (AVX2 on x86-64)":>26s} {"portable":>22s} '
+          f'{"portable/default":>17s}')
     for name in ops_to_time:
         default, portable = times[name, 'default'], times[name, 'portable']
         cell = [f'{statistics.median(t):7.2f} ({min(t):.2f}-{max(t):.2f})'
