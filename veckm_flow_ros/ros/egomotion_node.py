@@ -400,11 +400,12 @@ class EgomotionNode(Node):
         """
         problems = [name for name in WARNING_COUNTERS if period[name]]
         refused = sum(period[name] for name in REFUSAL_COUNTERS if name.startswith('flows'))
-        if not period['estimates'] and (period['windows'] or (
-                period['flows'] and refused >= period['flows'])):
-            reasons = [text for name, text in NO_ESTIMATE_REASONS if period[name]]
-            if refused >= period['flows'] > 0:
-                reasons.append('every flow refused')
+        reasons = [text for name, text in NO_ESTIMATE_REASONS if period[name]]
+        if refused >= period['flows'] > 0:
+            reasons.append('every flow refused')
+        # A window closed near the end of a period is still with the estimator: without a
+        # reason the period's missing estimate is only late, not a fault.
+        if not period['estimates'] and reasons:
             return DiagnosticStatus.WARN, 'no estimates: ' + ', '.join(reasons + [
                 name.replace('_', ' ') for name in problems if period[name]
                 and name not in dict(NO_ESTIMATE_REASONS)])
