@@ -132,7 +132,7 @@ def main():
                         help='an egomotion.py of a version before the split into modules, '
                         'timed interleaved (rows "(reference)")')
     parser.add_argument('--reference-numpy', action='store_true',
-                        help='the --reference file\'s numpy solve (compiled=False)')
+                        help="the --reference file's numpy solve (compiled=False)")
     parser.add_argument('--pause-ms', type=float, default=0.0,
                         help='sleep before each timed call [ms], as the node idles between '
                         'windows (e.g. 27 for 30 ms windows); 0: back to back')

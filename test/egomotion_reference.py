@@ -31,7 +31,7 @@ from veckm_flow_ros.core.egomotion import fibonacci_sphere
 
 def prepare(camera, config, x_px, y_px, u_px_s, v_px_s, weight=None):
     """
-    The usable flows of a window, in the estimator's order (sorted by cell, stable).
+    Return the usable flows of a window, in the estimator's order (sorted by cell, stable).
 
     Returns a dict of arrays over the flows: a, g (N, 3) = A^T n, B^T n; m (N,) [1/s];
     validity, weight (validity / (|flow| + floor)), slow (s^2 / (s^2 + slow^2)); cell (depth
@@ -134,7 +134,7 @@ def cost_free(a, g, m, w, cell, dirs):
 
 
 def _cap(center, radius_rad, side):
-    """Unit directions (side^2, 3) of a square grid of +-radius in center's tangent plane."""
+    """Return (side^2, 3) unit directions: a square grid of +-radius around center (3,)."""
     helper = np.eye(3)[np.argmin(np.abs(center))]
     e1 = np.cross(center, helper)
     e1 /= np.linalg.norm(e1)

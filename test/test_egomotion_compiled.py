@@ -13,24 +13,24 @@
 # limitations under the License.
 
 """
-The egomotion estimator's stages against the short reference of its equations, and the
-extension's argument checks.
+The egomotion estimator's stages against a short reference of its equations.
+
+Also the extension's argument checks.
 
 test/egomotion_reference.py writes docs/egomotion.md's equations directly: the window
 preparation flow by flow from the camera model, the Huber weights, the cost (2) with omega
 known and with omega eliminated, and their minimum by brute force over a dense direction
-grid. With one Huber round (robust_iterations 0) the solve's final weights are the weights
-of its cost, so its direction must be that cost's minimum and its explained share and omega
+grid. Without Huber rounds after the first fit (robust_iterations 0) the solve's final
+weights are those of its cost, so its direction must be that cost's minimum and its explained share and omega
 the reference's at that direction; on exact flows of depths constant per cell both solves
 must give the true motion.
 """
 
 import math
 
+import egomotion_reference as reference
 import numpy as np
 import pytest
-
-import egomotion_reference as reference
 from test_egomotion import (analytic_window, angle_deg, FISHEYE, PINHOLE, PLUMB_BOB,
                             random_motion)
 from veckm_flow_ros import _egomotion
@@ -159,8 +159,8 @@ def test_free_solve_finds_the_minimum_of_the_reference_cost():
 
         def cost(dirs):
             return reference.cost_free(a, g, m, w, cell, dirs)[0]
-        value, omega_there = (x[0] for x in reference.cost_free(a, g, m, w, cell,
-                                                               direction[None]))
+        values, omegas = reference.cost_free(a, g, m, w, cell, direction[None])
+        value, omega_there = values[0], omegas[0]
         np.testing.assert_allclose(omega, omega_there, rtol=1e-7, atol=1e-9)
         r = m - g @ omega
         assert abs(fit - (1 - value / np.sum(w * r * r))) < 1e-9

@@ -193,4 +193,3 @@ class EgomotionEstimate:
     undetermined: str = ''
     translation_ratio: float = float('nan')
     gyro_bias_rad_s: np.ndarray = field(default_factory=lambda: np.zeros(3))
-
