@@ -21,9 +21,9 @@ test/egomotion_reference.py writes docs/egomotion.md's equations directly: the w
 preparation flow by flow from the camera model, the Huber weights, the cost (2) with omega
 known and with omega eliminated, and their minimum by brute force over a dense direction
 grid. Without Huber rounds after the first fit (robust_iterations 0) the solve's final
-weights are those of its cost, so its direction must be that cost's minimum and its explained share and omega
-the reference's at that direction; on exact flows of depths constant per cell both solves
-must give the true motion.
+weights are those of its cost, so its direction must be that cost's minimum and its
+explained share and omega the reference's at that direction; on exact flows of depths
+constant per cell both solves must give the true motion.
 """
 
 import math
