@@ -72,7 +72,7 @@ def _egomotion_extension():
         sources=sorted(glob.glob(os.path.join(source_dir, '*.cpp'))),
         include_dirs=[source_dir],
         language='c++',
-        # no fused multiply-adds: the same roundings as the numpy reference
+        # no fused multiply-adds: the same roundings whatever the compiler contracts
         extra_compile_args=['-O3', '-g0', '-ffp-contract=off'],
     )
 

@@ -17,7 +17,8 @@ Cost of EgomotionEstimator.estimate per window, with and without gyroscope.
 
     OMP_NUM_THREADS=1 python3 benchmarks/bench_egomotion.py [--rates 100000 300000 1000000]
                                                             [--window-ms 30] [--repeats 20]
-                                                            [--reference OLD_egomotion.py]
+                                                            [--reference OLD_egomotion.py
+                                                             [--reference-numpy]]
                                                             [--pause-ms 27]
 
 Each case is a window of window_ms at a flow rate (analytic normal flow of a 346x260 camera
@@ -28,15 +29,15 @@ window, flows used (max_flows subsamples above it), CPU ms and wall ms per windo
 and the CPU share of one core the estimator needs to keep up with the rate, per 100 k flows/s
 of input. The baseline row (measured in the same run) is the input stage alone (pixel ->
 normalized undistorted coordinates and the normal-flow transform) at the same rate; column
-"x baseline" is each row's ratio to it. --reference FILE: another version of
-veckm_flow_ros/core/egomotion.py (e.g. `git show REV:veckm_flow_ros/core/egomotion.py >
-/tmp/old.py`), timed on the same windows with its calls interleaved with this version's (rows
-"(reference)"), so that both see the same load; `--reference numpy`: this version's numpy
-code (EgomotionEstimator(compiled=False): input stage, solve with and without a gyroscope
-and time to contact; the reference of the compiled extension). Then a last column gives the
-reference's CPU time over this version's. --pause-ms: sleep before each timed call, as the
-node idles between windows (caches and branch predictors go cold: a call then costs more
-than back to back).
+"x baseline" is each row's ratio to it. --reference FILE: an egomotion.py of a version before
+the estimator was split into modules (commit 3d1023a and earlier: `git show
+3d1023a:veckm_flow_ros/core/egomotion.py > /tmp/old.py`), timed on the same windows with its
+calls interleaved with this version's (rows "(reference)"), so that both see the same load;
+it runs with this build's extension. --reference-numpy: that file's numpy solve instead
+(EgomotionEstimator(compiled=False), which those versions kept as the extension's
+reference). Then a last column gives the reference's CPU time over this version's.
+--pause-ms: sleep before each timed call, as the node idles between windows (caches and
+branch predictors go cold: a call then costs more than back to back).
 """
 
 import argparse
@@ -128,8 +129,10 @@ def main():
     parser.add_argument('--window-ms', type=float, default=30.0)
     parser.add_argument('--repeats', type=int, default=20)
     parser.add_argument('--reference', default=None,
-                        help='another egomotion.py, or "numpy" (this version\'s numpy code, the '
-                        'extension\'s reference), timed interleaved (rows "(reference)")')
+                        help='an egomotion.py of a version before the split into modules, '
+                        'timed interleaved (rows "(reference)")')
+    parser.add_argument('--reference-numpy', action='store_true',
+                        help="the --reference file's numpy solve (compiled=False)")
     parser.add_argument('--pause-ms', type=float, default=0.0,
                         help='sleep before each timed call [ms], as the node idles between '
                         'windows (e.g. 27 for 30 ms windows); 0: back to back')
@@ -141,12 +144,13 @@ def main():
     config = EgomotionConfig(window_s=args.window_ms * 1e-3)
     estimator = EgomotionEstimator(camera, config)
     reference = None
-    if args.reference == 'numpy':
-        reference = EgomotionEstimator(camera, config, compiled=False)
-    elif args.reference:
+    if args.reference_numpy and not args.reference:
+        parser.error('--reference-numpy needs --reference FILE')
+    if args.reference:
         module = load_reference(args.reference)
+        options = {'compiled': False} if args.reference_numpy else {}
         reference = module.EgomotionEstimator(
-            camera, module.EgomotionConfig(window_s=args.window_ms * 1e-3))
+            camera, module.EgomotionConfig(window_s=args.window_ms * 1e-3), **options)
     rng = np.random.default_rng(0)
     print(f'window {args.window_ms:g} ms, max_flows {config.max_flows}, cells '
           f'{config.cell_px} px, {config.sphere_directions} sphere directions\n')
@@ -160,7 +164,7 @@ def main():
         biased = analytic_window(camera, count, rng, biased=True)
         rows = []
         base_cpu, base_wall, _ = measure(
-            lambda: estimator._prepare(x, y, u, v, None), args.repeats, pause_s=pause_s)
+            lambda: estimator._input.prepare(x, y, u, v, None), args.repeats, pause_s=pause_s)
         rows.append(('baseline: input stage', '-', base_cpu, base_wall))
         for case, gyro, flows in (('with gyro', omega, (x, y, u, v)),
                                   ('without gyro', None, (x, y, u, v)),

@@ -22,6 +22,7 @@ exact normal flow along them, then relative noise and outliers.
 """
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -111,34 +112,26 @@ def test_estimate_follows_the_sign_of_the_motion():
             assert angle_deg(result.direction, sign * v) < 3.0
 
 
-@pytest.mark.parametrize('compiled', [False, True], ids=['numpy', 'compiled'])
 @pytest.mark.parametrize('warm_start_windows', [0, 3])
-def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_start_windows,
-                                                                         compiled):
+def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_start_windows):
     """
     With gyro, windows start from the previous direction, one in warm_start_windows + 1 in full.
 
-    The directions stay as exact as with full searches. The numpy solve shows its full
-    searches in _search; the compiled one gets `warm` (argument 10) false for them.
+    The directions stay as exact as with full searches. The compiled solve gets `warm`
+    (argument 10) false for the full searches.
     """
     # (no bias measurements: their solve without the gyroscope would search in full too)
     config = EgomotionConfig(warm_start_windows=warm_start_windows, gyro_bias_windows=0)
-    estimator = EgomotionEstimator(PLUMB_BOB, config, compiled=compiled)
+    estimator = EgomotionEstimator(PLUMB_BOB, config)
     full_searches = []
-    if compiled:
-        solve = estimator._compiled
+    extension = estimator._solver._extension
 
-        def spy(*args):
-            full_searches[-1] += not args[10]
-            return solve(*args)
-        estimator._compiled = spy
-    else:
-        search = estimator._search
-
-        def spy(cost, direction, coarse, **kwargs):
-            full_searches[-1] += bool(coarse or direction is None)
-            return search(cost, direction, coarse, **kwargs)
-        estimator._search = spy
+    def spy(*args):
+        full_searches[-1] += not args[10]
+        return extension.solve_gyro(*args)
+    estimator._solver._extension = types.SimpleNamespace(
+        solve_gyro=spy, solve_free=extension.solve_free,
+        time_to_contact=extension.time_to_contact)
     v = np.array([0.3, -0.1, 1.0])
     omega = np.array([0.1, -0.2, 0.05])
     errors = []
@@ -395,11 +388,11 @@ def test_time_to_contact_is_the_pooled_weighted_median(grid, neighbour_weight):
     config = EgomotionConfig(ttc_grid=grid, ttc_neighbour_weight=neighbour_weight,
                              min_ttc_flows=2)
     estimator = EgomotionEstimator(PLUMB_BOB, config)
-    window = estimator._prepare(x, y, u, w, rng.uniform(0.2, 1.0, len(x)))
+    window = estimator._input.prepare(x, y, u, w, rng.uniform(0.2, 1.0, len(x)))
     window.robust = np.where(rng.random(len(window)) < 0.2, rng.random(len(window)), 1.0)
     direction, omega = np.array([0.25, -0.1, 0.96]), np.array([0.1, -0.2, 0.3])
     expected = pooled_median_times(window, direction, omega, config)
-    times = estimator._ttc(window, direction, omega)
+    times = estimator._solver.time_to_contact(window, direction, omega)
     assert np.array_equal(np.isnan(times), np.isnan(expected))
     assert np.isfinite(expected).sum() >= grid[0] * grid[1] // 2
     np.testing.assert_allclose(times[np.isfinite(times)], expected[np.isfinite(expected)],
@@ -664,8 +657,7 @@ def post_window(camera, v_m_s, omega_rad_s, seed, count=3000):
     return xs, ys, magnitude * np.cos(angle), magnitude * np.sin(angle)
 
 
-@pytest.mark.parametrize('compiled', [False, True], ids=['numpy', 'compiled'])
-def test_cells_straddling_depth_edges_do_not_pull_the_direction(compiled):
+def test_cells_straddling_depth_edges_do_not_pull_the_direction():
     """Strafing past posts: the cells on their outlines hold two depths; exact flows."""
     errors = {0.0: [], 2.0: []}
     for seed in range(6):
@@ -676,7 +668,7 @@ def test_cells_straddling_depth_edges_do_not_pull_the_direction(compiled):
         for scale in errors:
             config = EgomotionConfig(cell_huber_scale=scale, gyro_bias_windows=0)
             for gyro in (omega, None):
-                result = EgomotionEstimator(PINHOLE, config, compiled=compiled).estimate(
+                result = EgomotionEstimator(PINHOLE, config).estimate(
                     x, y, u, w, omega_rad_s=gyro)
                 errors[scale].append(angle_deg(result.direction, v))
     # Measured (2026-11-28): with the cell factors (the default 2) at most 0.11 deg; without

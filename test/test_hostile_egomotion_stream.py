@@ -291,7 +291,7 @@ def test_the_tables_are_built_in_bounded_memory_and_off_the_callers_thread():
     camera = CameraModel.pinhole(1024, 512, 500.0)  # eight blocks of rows
     tracemalloc.start()
     try:
-        table = EgomotionEstimator(camera, compiled=False)._pixel_map
+        table = EgomotionEstimator(camera)._input.pixel_map
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

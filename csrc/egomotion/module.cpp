@@ -235,7 +235,7 @@ struct WindowArrays
 const char kSolveGyroDoc[] =
   "solve_gyro(a_rows, g_rows, m, weight, slow, starts, input_order, omega, half_sphere,\n"
   "           previous, warm, robust_out, settings) -> (direction (3 floats), fit)\n\n"
-  "The gyroscope path's solve of EgomotionEstimator (egomotion.py's _solve_gyro) for one\n"
+  "The gyroscope path's solve of EgomotionEstimator (egomotion_solve.py) for one\n"
   "window sorted by depth cell. a_rows, g_rows (3, N) float64; m, weight, slow (N,) float64;\n"
   "starts (C,) int64, the first flow of each cell (0, increasing, < N); input_order (N,) int64\n"
   "distinct positions in the input; omega (3,) rad/s; half_sphere (H, 3) the coarse grid;\n"
@@ -303,7 +303,7 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
 const char kSolveFreeDoc[] =
   "solve_free(a_rows, g_rows, m, weight, starts, input_order, half_sphere, previous,\n"
   "           robust_out, settings) -> (direction (3 floats), omega (3 floats), fit)\n\n"
-  "The solve without a gyroscope of EgomotionEstimator (egomotion.py's _solve_free) for one\n"
+  "The solve without a gyroscope of EgomotionEstimator (egomotion_solve.py) for one\n"
   "window sorted by depth cell; the arrays as for solve_gyro, omega in rad/s; settings:\n"
   "(refine_steps, robust_iterations, huber_scale, sign_flows, rotation_error, rotation_start,\n"
   "rotation_start_residual, rotation_prior_weight, coarse_step_rad, cell_huber_scale). Raises\n"
@@ -414,7 +414,7 @@ private:
 const char kPrepareDoc[] =
   "prepare(x_px, y_px, u_px_s, v_px_s, weight, pixel_map, floats_out, ints_out, starts_out,\n"
   "        settings) -> (N, C)\n\n"
-  "EgomotionEstimator._prepare's input stage (egomotion.py) for one window: columns (K,) of\n"
+  "EgomotionEstimator's input stage (egomotion_window.py) for one window: columns (K,) of\n"
   "any native integer or float32/64 dtype (weight None: all 1); pixel_map (W H, 8) float32;\n"
   "floats_out (>= 10 min(K, max_flows),) float64 gets the rows a (3), g (3), m, weight,\n"
   "validity, slow of N flows as a (10, N) block; ints_out (>= 3 min(K, max_flows),) int64\n"
@@ -508,11 +508,11 @@ PyObject * prepare(PyObject *, PyObject * args)
 const char kTimeToContactDoc[] =
   "time_to_contact(a_rows, g_rows, m, validity, robust, region, direction, omega, grid_out,\n"
   "                settings) -> None\n\n"
-  "EgomotionEstimator._ttc (egomotion.py): per region the weighted median of the flows'\n"
-  "inverse time to contact over its pool. a_rows, g_rows (3, N) float64; m, validity, robust\n"
-  "(N,) float64; region (N,) int64 in 0..rows cols - 1; direction (3,) unit, z > 0; omega (3,)\n"
-  "rad/s; grid_out (rows, cols) float32 [s], written (NaN: undetermined); settings: (rows,\n"
-  "cols, min_ttc_flows, neighbour_weight).";
+  "EgomotionEstimator's time to contact (egomotion_solve.py): per region the weighted\n"
+  "median of the flows' inverse time to contact over its pool. a_rows, g_rows (3, N)\n"
+  "float64; m, validity, robust (N,) float64; region (N,) int64 in 0..rows cols - 1;\n"
+  "direction (3,) unit, z > 0; omega (3,) rad/s; grid_out (rows, cols) float32 [s], written\n"
+  "(NaN: undetermined); settings: (rows, cols, min_ttc_flows, neighbour_weight).";
 
 PyObject * time_to_contact(PyObject *, PyObject * args)
 {
@@ -586,7 +586,7 @@ PyMethodDef kMethods[] = {
 PyModuleDef kModule = {
   PyModuleDef_HEAD_INIT, "_egomotion",
   "The egomotion estimator's compiled solve (csrc/egomotion/); "
-  "veckm_flow_ros.core.egomotion is its caller and reference.",
+  "veckm_flow_ros.core.egomotion_window and egomotion_solve are its callers.",
   -1, kMethods, nullptr, nullptr, nullptr, nullptr,
 };
 

@@ -12,11 +12,10 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The egomotion estimator's input stage (EgomotionEstimator._prepare of
-// veckm_flow_ros/core/egomotion.py, the reference): even subsampling to max_flows, the
-// usable flows, the per-pixel map look-up, the normal-flow transform, the depth cells with
-// enough flows and the flows sorted by cell. Same arithmetic in the same order (bit-identical
-// windows).
+// The egomotion estimator's input stage (called by InputStage.prepare of
+// veckm_flow_ros/core/egomotion_window.py): even subsampling to max_flows, the usable flows,
+// the per-pixel map look-up, the normal-flow transform, the depth cells with enough flows and
+// the flows sorted by cell (stable: in input order within a cell).
 
 #ifndef VECKM_FLOW_ROS_EGOMOTION_PREPARE_H_
 #define VECKM_FLOW_ROS_EGOMOTION_PREPARE_H_

@@ -12,11 +12,10 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// What both solves share (solve_gyro.cpp, solve_free.cpp), step for step as in
-// veckm_flow_ros/core/egomotion.py: the direction search (_search), the Huber weights
-// (_reweight), the cell sums and costs of the known-omega least squares (_cell_stats_known,
-// _cost_known, _cell_fit) and the sign vote (_sign_vote, _cost_sign; float32 as in the
-// reference: the vote only picks a start).
+// What both solves share (solve_gyro.cpp, solve_free.cpp; docs/egomotion.md gives the
+// equations and the reasons): the direction search, the Huber weights, the cell sums and
+// costs of the known-omega least squares (equation (2)) and the sign vote (float32: the vote
+// only picks a start). test/egomotion_reference.py writes the costs from the equations.
 
 #ifndef VECKM_FLOW_ROS_EGOMOTION_SEARCH_H_
 #define VECKM_FLOW_ROS_EGOMOTION_SEARCH_H_
@@ -31,7 +30,9 @@ namespace veckm_egomotion {
 
 using Vec3 = std::array<double, 3>;
 
-// The constants of egomotion.py (their reasons are given there).
+// A search whose result only starts another search or sets the Huber weights takes this
+// many rounds fewer than refine_steps (2 by default: a grid spacing of 1/27 of its first
+// step, then the quadratic step).
 constexpr int kIntermediateRoundsLess = 3;
 constexpr double kPi = 3.14159265358979323846;
 constexpr int kPatternSide = 7;
@@ -53,7 +54,7 @@ inline double cos_deg(double angle_deg)
   return std::cos(angle_deg * kPi / 180.0);
 }
 
-// The six products x x, y y, z z, x y, x z, y z of a direction (egomotion.py's _squares).
+// The six products x x, y y, z z, x y, x z, y z of a direction.
 template<class T>
 std::array<T, 6> squares(const std::array<T, 3> & d)
 {
@@ -165,7 +166,7 @@ inline void huber_weights(
   huber_weights_below(residual, n, huber_limit(median(scratch), huber_scale), robust);
 }
 
-// Least cell factor (_MIN_CELL_FACTOR): weights stay positive.
+// Least cell factor of the Huber rounds (cell_huber_scale): weights stay positive.
 constexpr double kMinCellFactor = 1e-3;
 
 // The cell factors of _reweight (after a fit): robust (n,) of each cell's flows times

@@ -12,11 +12,12 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The solve without a gyroscope, step for step as EgomotionEstimator._solve_free and the
-// methods it calls (_fit_free, _cell_stats_free, _cost_free, _omega_free, _cell_residual,
-// _rotation_only, _sign_vote, _search): the same constants, grids and rounds; float64
-// throughout except the coarse grid's costs of the joint least squares and the sign vote's,
-// float32 as in the reference (both only pick a start).
+// The solve without a gyroscope (docs/egomotion.md, "Without a gyroscope", "Rotation start",
+// "Accurate flows keep the least squares"): the joint least squares of omega and direction
+// with their Huber rounds, the accuracy check, the rotation start with its rotation-only fit
+// and sign vote, the ridge towards the rotation-only omega; float64 throughout except the
+// coarse grid's costs of the joint least squares and the sign vote's (float32: both only
+// pick a start).
 
 #include "solve_free.h"
 
@@ -31,14 +32,21 @@
 namespace veckm_egomotion {
 namespace {
 
-// The constants of egomotion.py (their reasons are given there).
+// The joint least squares' first search from the rotation start takes a first step this many
+// times the sphere grid's spacing (a warm or local start: 0.25): the start's omega is the
+// rotation-only fit, so the direction may have to move further (held-out set, the rotation
+// start forced on every window: exact magnitudes 2.5 deg median at 0.25, 1.2 at 0.5, 0.9 at
+// 1.0; the flow model's flows 11.0, 11.6 and 13.9 deg).
 constexpr double kRotationStartReach = 0.5;
+// The accuracy check also passes when the flows with the smallest |a . d| (this share of
+// them) leave a median |residual| below kDepthFreeLimit times the limit; the same constants
+// as core/egomotion_solve.py's check (their measurements are given there).
 constexpr double kDepthFreeShare = 0.1;
 constexpr double kDepthFreeLimit = 0.5;
 
 // _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3) and g a^T (9,
 // row-major); g g^T (9), g m (3), m^2 over all flows, and H's constant part h0 (6 distinct
-// entries of g g^T, regularised). (The reference's pair tables: see FreeCost.)
+// entries of g g^T, regularised).
 struct FreeStats
 {
   int64_t cells = 0;
@@ -46,7 +54,7 @@ struct FreeStats
   double h0[6], gg[9], gm[3], total;
 };
 
-// _solve_sym3: the symmetric 3x3 system h (6 distinct entries) x = rhs by the adjugate.
+// The symmetric 3x3 system h (6 distinct entries) x = rhs by the adjugate.
 template<class T>
 void solve_sym3(const T h[6], const T rhs[3], T x[3])
 {
@@ -64,12 +72,13 @@ void solve_sym3(const T h[6], const T rhs[3], T x[3])
   }
 }
 
-// _cost_free and _omega_free in T (float: the coarse grid's costs, as the reference's
-// float32 copy of the cell sums). Where the reference sums the cells' pair tables (one BLAS
-// product), this computes each cell's T = [G; am] d (4 values) and the products T_i T_j /
-// S_bb directly: the same sums, a third of the arithmetic. The directions go through the
-// cells a block (Lanes) at a time, in vector types: each direction's sums keep the cells'
-// order and the scalar code's operations, so the results do not depend on the block.
+// The cost and omega of directions without a gyroscope in T (float: the coarse grid's
+// costs, from a float32 copy of the cell sums). Per cell T = [G; am] d (4 values), then
+// the products T_i T_j / S_bb (a numpy version summed per-cell tables of those products as
+// quadratic forms of d in one BLAS product: the same sums, three times the arithmetic). The
+// directions go through the cells a block (Lanes) at a time, in vector types: each
+// direction's sums keep the cells' order and the scalar code's operations, so the results do
+// not depend on the block.
 // Non-mirror calls keep each direction's omega (companion).
 template<class T>
 class FreeCost
@@ -139,7 +148,7 @@ public:
         const Lanes inv = inv_[c].lanes;
         const Lanes s_br = t[3].lanes -
           (w[0] * t[0].lanes + w[1] * t[1].lanes + w[2] * t[2].lanes);
-        // the products in the reference's order, with and without the mirror
+        // the products in a fixed order, with and without the mirror
         const Lanes square = mirror ? s_br * s_br * inv : s_br * inv * s_br;
         all += square;
         positive += s_br > zero ? square : zero;
@@ -466,7 +475,9 @@ private:
         return false;
       }
       if (iteration == last && rotation && s_.rotation_prior_weight > 0) {
-        // Ridge towards the rotation-only fit (see egomotion.py).
+        // Ridge towards the rotation-only fit (docs/egomotion.md, "Rotation start"): the
+        // posterior mean with a prior of variance 1 / rotation_prior_weight around it and
+        // flows whose error variance per unit weight is the fit's mean squared residual.
         double residual;
         cost.fine()(direction.data(), 1, false, &residual);
         double weight_sum = 0.0;
@@ -504,7 +515,7 @@ private:
     return true;
   }
 
-  // The accuracy check of _solve_free: the median |residual| (cell depths fitted) below
+  // The accuracy check (rotation_start_residual): the median |residual| (cell depths fitted) below
   // limit_, or below kDepthFreeLimit limit_ on the flows of the smallest |a . d|.
   bool accurate(const Vec3 & direction, const Vec3 & omega)
   {

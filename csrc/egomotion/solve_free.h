@@ -12,8 +12,8 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The egomotion estimator's solve without a gyroscope (EgomotionEstimator._solve_free of
-// veckm_flow_ros/core/egomotion.py, which stays the reference): the joint least squares of
+// The egomotion estimator's solve without a gyroscope (called by Solver.solve_free of
+// veckm_flow_ros/core/egomotion_solve.py): the joint least squares of
 // omega and direction with Huber rounds, the accuracy check, the rotation start (rotation-only
 // fit, sign vote) and the ridge towards the rotation-only omega. Plain C++ (no Python, no
 // torch): module.cpp checks the arguments and calls solve_free.

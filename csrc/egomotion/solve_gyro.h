@@ -12,8 +12,8 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The egomotion estimator's solve with a gyroscope (EgomotionEstimator._solve_gyro of
-// veckm_flow_ros/core/egomotion.py, which stays the reference): the sign vote, the cell-depth
+// The egomotion estimator's solve with a gyroscope (called by Solver.solve_gyro of
+// veckm_flow_ros/core/egomotion_solve.py): the sign vote, the cell-depth
 // least squares with Huber rounds, the global check and the explained share. Plain C++ (no
 // Python, no torch): module.cpp checks the arguments and calls solve_gyro.
 

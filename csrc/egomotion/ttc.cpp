@@ -12,10 +12,8 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The time to contact per region (see ttc.h): the same flows, weights and medians as
-// EgomotionEstimator._ttc, found the same way (block sums, then a cumulative sum within the
-// median's block). The per-flow b = a . d and rotational flow are summed in another order
-// than numpy's matrix products: a flow next to a median may swap with it by rounding.
+// The time to contact per region (see ttc.h): the weighted medians found by block sums, then
+// a cumulative sum within the median's block (cost ~ regions x (flows / block + block)).
 
 #include "ttc.h"
 
@@ -89,7 +87,7 @@ void time_to_contact(
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::fill(grid, grid + regions, nan);
   // Inverse time to contact r d_z / b per flow, weight |b| validity robust; flows whose sign
-  // no positive depth explains are left out (see _ttc).
+  // no positive depth explains are left out (docs/egomotion.md, "FOE and time to contact").
   std::vector<Flow> flows;
   flows.reserve(count);
   std::vector<int64_t> own(regions, 0);
@@ -113,10 +111,9 @@ void time_to_contact(
     return;
   }
   // The weighted median of a region is the first flow (in order of the inverse) whose
-  // cumulative weight in the region's pool reaches half of the pool's total. As in the
-  // reference, in two steps: the sums of blocks of kBlock consecutive flows per region,
-  // pooled over the 3 x 3 neighbourhood, find the median's block; a cumulative sum within that
-  // block finds the flow.
+  // cumulative weight in the region's pool reaches half of the pool's total. In two steps:
+  // the sums of blocks of kBlock consecutive flows per region, pooled over the 3 x 3
+  // neighbourhood, find the median's block; a cumulative sum within that block finds the flow.
   constexpr int64_t kBlock = 64;
   const std::vector<uint32_t> order = sorted_by_inverse(flows);
   const int64_t kept = static_cast<int64_t>(order.size());
@@ -167,7 +164,7 @@ void time_to_contact(
     for (; block < blocks && before + pooled[block] < half; ++block) {
       before += pooled[block];
     }
-    // (rounding can leave the sums short of half: the last flow, as the reference)
+    // (rounding can leave the sums short of half: the last flow)
     int64_t pick = kept - 1;
     if (block < blocks) {
       const double rest = half - before;

@@ -12,8 +12,9 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 
-// The time to contact per image region (EgomotionEstimator._ttc of
-// veckm_flow_ros/core/egomotion.py, the reference): per region the weighted median of the
+// The time to contact per image region (called by Solver.time_to_contact of
+// veckm_flow_ros/core/egomotion_solve.py; docs/egomotion.md, "FOE and time to contact"): per
+// region the weighted median of the
 // per-flow inverse times to contact of its own flows and, at neighbour_weight, of its 8
 // neighbours' flows.
 

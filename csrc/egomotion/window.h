@@ -21,7 +21,7 @@
 
 namespace veckm_egomotion {
 
-// One window's usable flows (egomotion.py's _Window), sorted by depth cell; read-only views
+// One window's usable flows (egomotion_window.py's Window), sorted by depth cell; read-only views
 // of `count` values unless said otherwise. Both solves take it.
 struct Window {
   const double * a_rows;       // (3, count) a = A^T n per flow, row-major

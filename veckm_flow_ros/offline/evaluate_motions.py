@@ -163,10 +163,10 @@ def _camera(data):
                                         data['d'].tolist(), 'plumb_bob')
 
 
-def run_sequence(data, mode, config, compiled=True):
+def run_sequence(data, mode, config):
     """Per-window arrays of one sequence in one mode: direction, omega, reason, ttc error."""
     camera = _camera(data)
-    estimator = EgomotionEstimator(camera, config, compiled=compiled)
+    estimator = EgomotionEstimator(camera, config)
     gyro = None
     if mode == 'gyro':
         gyro = GyroBuffer(max_age_s=10.0, max_samples=len(data['gyro_t_s']) + 1)
@@ -275,7 +275,7 @@ def as_components(data):
 
 
 def evaluate(split='tuning', count=4, kinds=motion_suite.MOTION_KINDS, duration_s=0.6,
-             flow='normal', config=None, compiled=True, cache_dir=None, quiet=False):
+             flow='normal', config=None, cache_dir=None, quiet=False):
     """
     Run every kind of a split in both modes; returns [(kind, mode, row)].
 
@@ -293,7 +293,7 @@ def evaluate(split='tuning', count=4, kinds=motion_suite.MOTION_KINDS, duration_
         if flow == 'components':
             datas = [as_components(data) for data in datas]
         for mode in MODES:
-            results = [run_sequence(d, mode, config, compiled) for d in datas]
+            results = [run_sequence(d, mode, config) for d in datas]
             rows.append((kind, mode, kind_rows(datas, results, mode)))
             if not quiet:
                 print(f'{split} {kind} {mode} done', file=sys.stderr, flush=True)
