@@ -52,19 +52,33 @@ class GyroBiasTracker:
     """
     Online estimate of a gyroscope's constant bias [rad/s] (3,) in the camera frame.
 
-    every_windows: a measurement is due on the first window and then every this many
-    windows (0: never); the interval doubles (up to BACK_OFF times) after each rejected
-    measurement and after each accepted one once the estimate's standard deviation is below
-    SETTLED_RAD_S (flows that never pass the accuracy check, or a settled bias, cost little),
-    and returns to every_windows after an accepted one before that; prior_rad_s: standard
-    deviation of the bias before any measurement (per axis); max_rad_s: measurements larger
-    than this on any axis are rejected (a motion the flows mistook, e.g. the two solutions of
-    a plane filling the view, not a bias).
+    every_windows: measurements are due on the first FIRST_MEASUREMENTS windows, then every
+    this many windows (0: never); the interval doubles (up to BACK_OFF times) after each
+    rejected measurement and after each accepted one once the estimate has settled (SETTLED
+    measurements kept: more add little against the flows' systematic errors), and returns
+    to every_windows after an accepted one before that; prior_rad_s: standard deviation of
+    the bias before any measurement (per axis); max_rad_s: measurements larger than this on
+    any axis are rejected (a motion the flows mistook, e.g. the two solutions of a plane
+    filling the view, not a bias).
+
+    bias_rad_s, the estimate subtracted from the gyroscope, is the filter's mean where it
+    stands out of its own uncertainty, else shrunk towards zero: an unbiased gyroscope is
+    not corrupted by the measurements' errors. The uncertainty is the filter's covariance
+    scaled by the measurements' scatter about their mean where that exceeds their stated
+    covariances (the depth model's misfit is not noise the covariance sees, and it varies
+    with the scene), so at least two measurements are needed; the squared Mahalanobis
+    distance D2 of the mean from zero gives the share kept, 0 up to SIGNIFICANT[0] and 1
+    from SIGNIFICANT[1] (chi-square quantiles of 3 degrees of freedom), linear between.
     """
 
     GATE = 5.0  # standard deviations beyond which a measurement is rejected
     BACK_OFF = 8  # longest interval between measurements, in every_windows
-    SETTLED_RAD_S = 1e-3  # the estimate's standard deviation per axis that counts as settled
+    FIRST_MEASUREMENTS = 4  # windows in a row measured at the start
+    MIN_SCALE = 0.05  # least factor of the stated covariances (they include a relative error)
+    MIN_KEPT = 4  # measurements kept before any estimate is applied (the scatter needs 2)
+    SETTLED = 8  # measurements kept after which the interval doubles
+    SIGNIFICANT = (6.25, 16.27)  # D2 where the estimate starts to count / counts in full
+    #                              (chi2 with 3 dof: 90 % and 99.9 % quantiles)
 
     def __init__(self, every_windows, prior_rad_s, max_rad_s=math.inf):
         self.every_windows = int(every_windows)
@@ -76,15 +90,25 @@ class GyroBiasTracker:
 
     def reset(self):
         """Forget the measurements (a new gyroscope or a long gap)."""
-        self._information = np.eye(3) / max(self.prior_rad_s, 1e-12) ** 2
+        self._prior = np.eye(3) / max(self.prior_rad_s, 1e-12) ** 2
+        self._information = self._prior.copy()
         self._vector = np.zeros(3)
+        self._square = 0.0  # sum of s^T C^-1 s over the kept measurements s
+        self._kept = 0
         self._count = 0
         self._interval = self.every_windows
+        self._first = self.FIRST_MEASUREMENTS
+        self._mean = np.zeros(3)
+        self._applied = np.zeros(3)
 
     def due(self):
         """Whether this window should measure the bias (counts the windows)."""
         if self.every_windows <= 0 or self.prior_rad_s <= 0:
             return False
+        if self._first > 0:
+            self._first -= 1
+            self._count = 1
+            return True
         due = self._count % self._interval == 0
         self._count = 1 if due else self._count + 1
         return due
@@ -106,17 +130,37 @@ class GyroBiasTracker:
             return self.reject()
         if not float(np.max(np.abs(sample))) <= self.max_rad_s:
             return self.reject()
-        difference = sample - self.bias_rad_s
+        difference = sample - self._mean
         total = covariance + np.linalg.inv(self._information)
         if float(difference @ np.linalg.solve(total, difference)) > self.GATE ** 2:
             return self.reject()
         information = np.linalg.inv(covariance)
+        weighted = information @ sample
         self._information = self._information + information
-        self._vector = self._vector + information @ sample
+        self._vector = self._vector + weighted
+        self._square += float(sample @ weighted)
+        self._kept += 1
         self.accepted += 1
-        variance = np.diag(np.linalg.inv(self._information))
-        self._back_off(float(np.sqrt(variance.max())) < self.SETTLED_RAD_S)
+        self._update()
+        self._back_off(self._kept >= self.SETTLED)
         return True
+
+    def _update(self):
+        """The mean, and the estimate applied (module doc); once per kept measurement."""
+        posterior = np.linalg.inv(self._information)
+        self._mean = posterior @ self._vector
+        self._applied = np.zeros(3)
+        if self._kept < self.MIN_KEPT:
+            return
+        # The measurements' weighted squared scatter about the data's own mean, against its
+        # expectation 3 (kept - 1) under their stated covariances.
+        data = self._information - self._prior
+        data_mean = np.linalg.solve(data, self._vector)
+        scatter = self._square - float(data_mean @ self._vector)
+        scale = max(self.MIN_SCALE, scatter / (3.0 * (self._kept - 1)))
+        distance2 = float(self._mean @ np.linalg.solve(scale * posterior, self._mean))
+        low, high = self.SIGNIFICANT
+        self._applied = self._mean * min(max((distance2 - low) / (high - low), 0.0), 1.0)
 
     def reject(self):
         """Count a rejected measurement (the flows not accurate, or out of the gates)."""
@@ -126,8 +170,13 @@ class GyroBiasTracker:
 
     @property
     def bias_rad_s(self):
-        """Return the current estimate (zeros before the first measurement)."""
-        return np.linalg.solve(self._information, self._vector)
+        """Return the estimate to subtract (3,) (zeros before two kept measurements)."""
+        return self._applied.copy()
+
+    @property
+    def mean_rad_s(self):
+        """Return the filter's mean (3,), before the significance test."""
+        return self._mean.copy()
 
 
 def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
@@ -157,6 +206,16 @@ def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
     return covariance + np.eye(3) * (relative_error * float(np.linalg.norm(omega))) ** 2
 
 
+def _median(values):
+    """np.median of a 1-D array of finite values (the same value), by one partition."""
+    count = len(values)
+    half = count // 2
+    if count % 2:
+        return float(np.partition(values, half)[half])
+    low, high = np.partition(values, (half - 1, half))[half - 1:half + 1]
+    return 0.5 * (float(low) + float(high))
+
+
 def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
     """
     Median |fitted translational flow| over median |rotational flow| (float).
@@ -165,6 +224,25 @@ def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
     first flows, cell (N,) each flow's cell: the translational flow of a flow is its cell's
     fitted inverse depth (clipped at 0) times a . d, the rotational flow g . omega.
     """
+    if not all(math.isfinite(value) for value in (*omega.tolist(), *direction.tolist())):
+        return _translation_ratio_numpy(a, g, m, weight, starts, cell, direction, omega)
+    # (The medians by one partition each and np.take: as np.median and fancy indexing, at
+    # a third of the cost; a window pays this on every estimate.)
+    h = g @ omega
+    rotational = _median(np.abs(h)) if len(h) else 0.0
+    if not rotational > 0:
+        return float('inf')
+    b = a @ direction
+    wb = weight * b
+    rho = np.add.reduceat(wb * (m - h), starts) / np.maximum(np.add.reduceat(wb * b, starts),
+                                                             1e-300)
+    translational = np.take(np.maximum(rho, 0.0), cell)
+    translational *= b
+    return _median(np.abs(translational, out=translational)) / rotational
+
+
+def _translation_ratio_numpy(a, g, m, weight, starts, cell, direction, omega):
+    """translation_ratio with np.median (NaN propagates: non-finite omega or direction)."""
     h = g @ omega
     rotational = float(np.median(np.abs(h))) if len(h) else 0.0
     if not rotational > 0:
