@@ -22,10 +22,11 @@ radians (0.5 deg/s at |v| / Z = 0.1 /s: 5 deg). The flows constrain the rotation
 the joint least squares of rotation and direction fit the flows (the accuracy check of the
 solve without a gyroscope), the gyroscope's mean minus their omega is a measurement of the
 bias, with the covariance of the fit (omega_covariance: the residual's variance times the
-inverse normal matrix of omega with the cell depths eliminated) plus a relative error of the
-fitted omega (the depth model's misfit, which the residual does not show as noise). The
-tracker is a Kalman filter for a constant bias: a zero-mean prior, each measurement weighed
-by its inverse covariance, measurements beyond GATE standard deviations rejected.
+inverse Gauss-Newton normal matrix of omega and the direction, cell depths eliminated) plus
+a relative error of the fitted omega (the depth model's misfit, which the residual does not
+show as noise). The tracker is a Kalman filter for a constant bias: a zero-mean prior, each
+measurement weighed by its inverse covariance, measurements beyond GATE standard deviations
+rejected; its mean is subtracted only where it stands out of its uncertainty.
 
 translation_ratio: the translational normal flow the fit explains (cell depth times a . d per
 flow) over the rotational normal flow g . omega, medians over the window's flows. Where it is
@@ -62,20 +63,23 @@ class GyroBiasTracker:
     filling the view, not a bias).
 
     bias_rad_s, the estimate subtracted from the gyroscope, is the filter's mean where it
-    stands out of its own uncertainty, else shrunk towards zero: an unbiased gyroscope is
-    not corrupted by the measurements' errors. The uncertainty is the filter's covariance
-    scaled by the measurements' scatter about their mean where that exceeds their stated
-    covariances (the depth model's misfit is not noise the covariance sees, and it varies
-    with the scene), so at least two measurements are needed; the squared Mahalanobis
-    distance D2 of the mean from zero gives the share kept, 0 up to SIGNIFICANT[0] and 1
-    from SIGNIFICANT[1] (chi-square quantiles of 3 degrees of freedom), linear between.
+    stands out of its own uncertainty, else shrunk towards zero, so that the measurements'
+    errors do not corrupt an unbiased gyroscope. The uncertainty is the filter's covariance
+    times the measurements' weighted squared scatter about their mean over its expectation
+    3 (kept - 1) (at least MIN_SCALE: the stated covariances hold a relative error of the
+    flows' omega that is pessimistic for fast rotations; above 1 where the depth model's
+    misfit, which the covariance does not see, varies from window to window). Nothing is
+    subtracted before MIN_KEPT measurements (a scatter of fewer misleads); then the squared
+    Mahalanobis distance D2 of the mean from zero gives the share subtracted: 0 up to
+    SIGNIFICANT[0], 1 from SIGNIFICANT[1] (chi-square quantiles, 3 degrees of freedom),
+    linear between.
     """
 
     GATE = 5.0  # standard deviations beyond which a measurement is rejected
     BACK_OFF = 8  # longest interval between measurements, in every_windows
     FIRST_MEASUREMENTS = 4  # windows in a row measured at the start
     MIN_SCALE = 0.05  # least factor of the stated covariances (they include a relative error)
-    MIN_KEPT = 4  # measurements kept before any estimate is applied (the scatter needs 2)
+    MIN_KEPT = 4  # measurements kept before any estimate is subtracted
     SETTLED = 8  # measurements kept after which the interval doubles
     SIGNIFICANT = (6.25, 16.27)  # D2 where the estimate starts to count / counts in full
     #                              (chi2 with 3 dof: 90 % and 99.9 % quantiles)
@@ -154,10 +158,12 @@ class GyroBiasTracker:
             return
         # The measurements' weighted squared scatter about the data's own mean, against its
         # expectation 3 (kept - 1) under their stated covariances.
-        data = self._information - self._prior
-        data_mean = np.linalg.solve(data, self._vector)
-        scatter = self._square - float(data_mean @ self._vector)
-        scale = max(self.MIN_SCALE, scatter / (3.0 * (self._kept - 1)))
+        scale = 1.0
+        if self._kept >= 2:
+            data = self._information - self._prior
+            data_mean = np.linalg.solve(data, self._vector)
+            scatter = self._square - float(data_mean @ self._vector)
+            scale = max(self.MIN_SCALE, scatter / (3.0 * (self._kept - 1)))
         distance2 = float(self._mean @ np.linalg.solve(scale * posterior, self._mean))
         low, high = self.SIGNIFICANT
         self._applied = self._mean * min(max((distance2 - low) / (high - low), 0.0), 1.0)
@@ -184,25 +190,32 @@ def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
     Covariance (3, 3) of the joint least squares' omega at (direction, omega).
 
     a, g (N, 3), m (N,), weight (N,) (fit weight times Huber weight), starts (C,) the cells'
-    first flows (flows sorted by cell): the normal matrix of omega with each cell's depth
-    eliminated, H = sum w g g^T - sum_c S_c S_c^T / sum_c w b^2 (S_c = sum_c w b g, b = a . d),
-    times the residual's variance per unit weight, plus (relative_error |omega|)^2 per axis.
+    first flows (flows sorted by cell): the Gauss-Newton normal matrix of omega and the
+    direction's two tangent angles with each cell's depth eliminated, H = sum w x x^T -
+    sum_c S_c S_c^T / sum_c w b^2 (x = (g, rho_c a . t1, rho_c a . t2), S_c = sum_c w b x,
+    b = a . d), its omega block of H^-1 times the residual's variance per unit weight, plus
+    (relative_error |omega|)^2 per axis. The direction's uncertainty counts: a lateral
+    translation and a rotation that the flows barely tell apart leave omega uncertain.
     """
     b = a @ direction
     r = m - g @ omega
     wb = weight * b
     s_bb = np.add.reduceat(wb * b, starts)
-    s_bg = np.add.reduceat(wb[:, None] * g, starts, axis=0)
     s_br = np.add.reduceat(wb * r, starts)
     safe = np.maximum(s_bb, 1e-300)
     rho = np.maximum(s_br / safe, 0.0)
     cell = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(m))))
-    residual = r - rho[cell] * b
-    variance = float(weight @ (residual * residual)) / max(len(m) - len(starts) - 6, 1) \
+    rho_flow = rho[cell]
+    residual = r - rho_flow * b
+    variance = float(weight @ (residual * residual)) / max(len(m) - len(starts) - 8, 1) \
         / max(float(np.mean(weight)), 1e-300)
-    normal = (weight[:, None] * g).T @ g - (s_bg / safe[:, None]).T @ s_bg
+    # The residual's derivatives: -g per omega, -rho_c a . t per tangent angle of d.
+    tangent = np.linalg.svd(direction[None])[2][1:]  # (2, 3) orthonormal, normal to d
+    x = np.concatenate([g, rho_flow[:, None] * (a @ tangent.T)], axis=1)  # (N, 5)
+    s_bx = np.add.reduceat(wb[:, None] * x, starts, axis=0)
+    normal = (weight[:, None] * x).T @ x - (s_bx / safe[:, None]).T @ s_bx
     normal = normal / max(float(np.mean(weight)), 1e-300)
-    covariance = variance * np.linalg.pinv(normal)
+    covariance = variance * np.linalg.pinv(normal)[:3, :3]
     return covariance + np.eye(3) * (relative_error * float(np.linalg.norm(omega))) ** 2
 
 
