@@ -66,10 +66,10 @@ class GyroBiasTracker:
     stands out of its own uncertainty, else shrunk towards zero, so that the measurements'
     errors do not corrupt an unbiased gyroscope. The uncertainty is the filter's covariance
     times the measurements' weighted squared scatter about their mean over its expectation
-    3 (kept - 1) (at least MIN_SCALE: the stated covariances hold a relative error of the
-    flows' omega that is pessimistic for fast rotations; above 1 where the depth model's
-    misfit, which the covariance does not see, varies from window to window). Nothing is
-    subtracted before MIN_KEPT measurements (a scatter of fewer misleads); then the squared
+    3 (kept - 1) where that exceeds 1 (the depth model's misfit, which the covariance does
+    not see, varies from window to window), or down to MIN_SCALE once TRUST_SCATTER
+    measurements are kept (the stated covariances hold a relative error of the flows' omega
+    that is pessimistic for fast rotations; a small scatter of fewer is chance). The squared
     Mahalanobis distance D2 of the mean from zero gives the share subtracted: 0 up to
     SIGNIFICANT[0], 1 from SIGNIFICANT[1] (chi-square quantiles, 3 degrees of freedom),
     linear between.
@@ -79,7 +79,7 @@ class GyroBiasTracker:
     BACK_OFF = 8  # longest interval between measurements, in every_windows
     FIRST_MEASUREMENTS = 4  # windows in a row measured at the start
     MIN_SCALE = 0.05  # least factor of the stated covariances (they include a relative error)
-    MIN_KEPT = 4  # measurements kept before any estimate is subtracted
+    TRUST_SCATTER = 4  # measurements kept before a small scatter may shrink the covariance
     SETTLED = 8  # measurements kept after which the interval doubles
     SIGNIFICANT = (6.25, 16.27)  # D2 where the estimate starts to count / counts in full
     #                              (chi2 with 3 dof: 90 % and 99.9 % quantiles)
@@ -150,12 +150,9 @@ class GyroBiasTracker:
         return True
 
     def _update(self):
-        """The mean, and the estimate applied (module doc); once per kept measurement."""
+        """The mean, and the estimate subtracted (class doc); once per kept measurement."""
         posterior = np.linalg.inv(self._information)
         self._mean = posterior @ self._vector
-        self._applied = np.zeros(3)
-        if self._kept < self.MIN_KEPT:
-            return
         # The measurements' weighted squared scatter about the data's own mean, against its
         # expectation 3 (kept - 1) under their stated covariances.
         scale = 1.0
@@ -163,7 +160,8 @@ class GyroBiasTracker:
             data = self._information - self._prior
             data_mean = np.linalg.solve(data, self._vector)
             scatter = self._square - float(data_mean @ self._vector)
-            scale = max(self.MIN_SCALE, scatter / (3.0 * (self._kept - 1)))
+            floor = self.MIN_SCALE if self._kept >= self.TRUST_SCATTER else 1.0
+            scale = max(floor, scatter / (3.0 * (self._kept - 1)))
         distance2 = float(self._mean @ np.linalg.solve(scale * posterior, self._mean))
         low, high = self.SIGNIFICANT
         self._applied = self._mean * min(max((distance2 - low) / (high - low), 0.0), 1.0)
@@ -176,7 +174,7 @@ class GyroBiasTracker:
 
     @property
     def bias_rad_s(self):
-        """Return the estimate to subtract (3,) (zeros before two kept measurements)."""
+        """Return the estimate to subtract (3,) (zeros before any measurement)."""
         return self._applied.copy()
 
     @property
