@@ -218,13 +218,14 @@ def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
 
 
 def _median(values):
-    """np.median of a 1-D array of finite values (the same value), by one partition."""
+    """np.median of a 1-D array of finite values (the same value), partitioning it in place."""
     count = len(values)
     half = count // 2
     if count % 2:
-        return float(np.partition(values, half)[half])
-    low, high = np.partition(values, (half - 1, half))[half - 1:half + 1]
-    return 0.5 * (float(low) + float(high))
+        values.partition(half)
+        return float(values[half])
+    values.partition((half - 1, half))
+    return 0.5 * (float(values[half - 1]) + float(values[half]))
 
 
 def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
@@ -245,8 +246,10 @@ def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
         return float('inf')
     b = a @ direction
     wb = weight * b
-    rho = np.add.reduceat(wb * (m - h), starts) / np.maximum(np.add.reduceat(wb * b, starts),
-                                                             1e-300)
+    residual = np.subtract(m, h, out=h)
+    residual *= wb
+    rho = np.add.reduceat(residual, starts)
+    rho /= np.maximum(np.add.reduceat(wb * b, starts), 1e-300)
     translational = np.take(np.maximum(rho, 0.0), cell)
     translational *= b
     return _median(np.abs(translational, out=translational)) / rotational
