@@ -150,7 +150,7 @@ class GyroBiasTracker:
         return True
 
     def _update(self):
-        """The mean, and the estimate subtracted (class doc); once per kept measurement."""
+        """Update the mean and the estimate subtracted (class doc), once per kept measurement."""
         posterior = np.linalg.inv(self._information)
         self._mean = posterior @ self._vector
         # The measurements' weighted squared scatter about the data's own mean, against its
