@@ -236,14 +236,17 @@ def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
     first flows, cell (N,) each flow's cell: the translational flow of a flow is its cell's
     fitted inverse depth (clipped at 0) times a . d, the rotational flow g . omega.
     """
-    if not all(math.isfinite(value) for value in (*omega.tolist(), *direction.tolist())):
-        return _translation_ratio_numpy(a, g, m, weight, starts, cell, direction, omega)
+    # (As np.median's NaN would: inf for a non-finite omega, NaN for a non-finite direction.)
+    if not all(math.isfinite(value) for value in omega.tolist()):
+        return float('inf')
     # (The medians by one partition each and np.take: as np.median and fancy indexing, at
     # a third of the cost; a window pays this on every estimate.)
     h = g @ omega
     rotational = _median(np.abs(h)) if len(h) else 0.0
     if not rotational > 0:
         return float('inf')
+    if not all(math.isfinite(value) for value in direction.tolist()):
+        return float('nan')
     b = a @ direction
     wb = weight * b
     residual = np.subtract(m, h, out=h)
@@ -254,15 +257,3 @@ def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
     translational *= b
     return _median(np.abs(translational, out=translational)) / rotational
 
-
-def _translation_ratio_numpy(a, g, m, weight, starts, cell, direction, omega):
-    """translation_ratio with np.median (NaN propagates: non-finite omega or direction)."""
-    h = g @ omega
-    rotational = float(np.median(np.abs(h))) if len(h) else 0.0
-    if not rotational > 0:
-        return float('inf')
-    b = a @ direction
-    wb = weight * b
-    rho = np.add.reduceat(wb * (m - h), starts) / np.maximum(np.add.reduceat(wb * b, starts),
-                                                             1e-300)
-    return float(np.median(np.abs(np.maximum(rho, 0.0)[cell] * b))) / rotational
