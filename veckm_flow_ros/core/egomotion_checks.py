@@ -126,7 +126,7 @@ class GyroBiasTracker:
         Add the measurement gyro - flows with covariance (3, 3) [rad^2/s^2].
 
         Returns whether it was kept (finite, within max_rad_s and within GATE standard
-        deviations of the current estimate).
+        deviations of the filter's mean).
         """
         sample = np.asarray(omega_gyro_rad_s, np.float64) - omega_flow_rad_s
         covariance = np.asarray(covariance, np.float64)
