@@ -256,4 +256,3 @@ def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
     translational = np.take(np.maximum(rho, 0.0), cell)
     translational *= b
     return _median(np.abs(translational, out=translational)) / rotational
-
