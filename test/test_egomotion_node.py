@@ -353,9 +353,12 @@ def test_pure_rotation_publishes_an_undetermined_heading(harness_factory, use_im
     reasons = {name: totals[f'undetermined_{name}'] for name in
                ('rotation_dominated', 'translation_unexplained', 'too_few_flows')}
     assert totals['headings'] == 0 and totals['estimates'] == 6, totals
-    # Exact flows of a pure rotation: no translational flow (ratio ~4e-4: rotation_dominated);
-    # without a gyroscope some windows' fits explain too little (translation_unexplained).
-    assert reasons['rotation_dominated'] >= 1 and reasons['too_few_flows'] == 0, reasons
+    # Exact flows of a pure rotation: no translational flow. Without a gyroscope the fitted
+    # omega leaves a little (ratio ~4e-4: rotation_dominated) or too little to explain
+    # (translation_unexplained); the exact gyroscope, taken as it is (its bias estimate does
+    # not stand out), leaves nothing to explain.
+    assert reasons['too_few_flows'] == 0, reasons
+    assert reasons['translation_unexplained' if use_imu else 'rotation_dominated'] >= 1, reasons
     assert sum(reasons.values()) == 6, reasons
 
     def reported(index):
@@ -515,9 +518,9 @@ def test_imu_gives_the_angular_velocity(harness_factory):
         assert np.allclose([angular.x, angular.y, angular.z], omega, atol=0.026), (
             index, harness.node.stream.counters.totals['windows_without_gyro'])
         linear = twist.twist.linear
-        # Plumbing (IMU axes and time), not accuracy: with the bias estimate subtracted the
-        # exact flows gave up to 2.8 deg (2026-11-28; 2.0 with the gyroscope taken as is).
-        assert angle_deg([linear.x, linear.y, linear.z], velocity) < 4.0
+        # Plumbing (IMU axes and time), not accuracy (exact flows and gyroscope: the bias
+        # estimate is not subtracted where it does not stand out of its own scatter).
+        assert angle_deg([linear.x, linear.y, linear.z], velocity) < 2.0
     assert harness.spin_until(lambda: harness.diagnostics and harness.diagnostic_values()[1][
         'angular velocity'] == 'gyroscope (~/imu)', 5.0)
 

@@ -92,12 +92,13 @@ class EgomotionConfig:
     #                                 window is searched in full; 0: every window in full,
     #                                 0..1000
     gyro_bias_windows: int = 10     # with a gyroscope: every this many windows (and the
-    #                                 first) the joint least squares of omega and direction
+    #                                 first 4) the joint least squares of omega and direction
     #                                 run too; where they fit the flows (the accuracy check
     #                                 of rotation_start_residual) the gyroscope's mean minus
     #                                 their omega measures its bias, and a Kalman filter of a
     #                                 constant bias (egomotion_checks.GyroBiasTracker) gives
-    #                                 the estimate subtracted from the gyroscope; 0: the
+    #                                 the estimate subtracted from the gyroscope where it
+    #                                 stands out of its uncertainty; 0: the
     #                                 gyroscope is trusted, 0..1000
     gyro_bias_prior_rad_s: float = 0.02  # the bias's standard deviation per axis before any
     #                                 measurement [rad/s]; 0: the gyroscope is trusted, [0, 1]
