@@ -27,7 +27,8 @@ signed along u). Tables, over the published flows of a kind:
 
 1. per exact normal speed |e| = |n . u| [px/s]: flows, share kept by the validity filter,
    median angle between the model flow and the exact normal flow [deg] (a wrong sign counts
-   as 180), share with the sign of e (m . e > 0), median |m| / |e| and |m| / (m_hat . u);
+   as 180), share with the sign of e (m . e > 0), median |m| / |e| and |m| / (m_hat . u)
+   (quartiles; the model's magnitude against the exact flow along its own direction);
 2. the same per depth [m];
 3. per cell of a 4 x 4 grid: the share of the published flows against the share of the exact
    flows that motion_suite.window_flows draws (event-rate weighted) and the median ratio;
@@ -50,6 +51,9 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from veckm_flow_ros.offline.evaluate_egomotion import _median  # noqa: E402
+from veckm_flow_ros.offline.evaluate_motions import _angle_deg  # noqa: E402
 
 SPEED_EDGES_PX_S = (0, 25, 50, 100, 150, 250, 400, 700, 1000, 1e9)
 DEPTH_EDGES_M = (0, 2, 3, 4, 6, 8, 12, np.inf)
@@ -89,6 +93,8 @@ def model_flows(sequence, options, cache_path):
            't_ns': np.asarray(flows.t_ns, np.int64),
            'u': np.asarray(flows.u_px_s, np.float64), 'v': np.asarray(flows.v_px_s, np.float64),
            'validity': np.asarray(flows.validity, np.float64)}
+    if flows.confidence is not None:
+        out['confidence'] = np.asarray(flows.confidence, np.float64)
     np.savez_compressed(cache_path, **out)
     return out
 
@@ -137,7 +143,9 @@ def paired(kind, seed, args):
             't_s': flows['t_ns'] * 1e-9, 't_event_s': sequence.events.t_ns[index] * 1e-9,
             'x': sequence.events.x[index].astype(np.float64),
             'y': sequence.events.y[index].astype(np.float64),
-            'validity': flows['validity'], 'kept': flows['validity'] >= min_validity}
+            'validity': flows['validity'], 'kept': flows['validity'] >= min_validity,
+            # The node's weight: the confidence where computed, else the validity.
+            'weight': flows.get('confidence', flows['validity'])}
 
 
 def parse_options(pairs):
@@ -151,22 +159,18 @@ def parse_options(pairs):
     return options
 
 
-def _angle_deg(a, b):
-    cos = np.sum(a * b, axis=1) / np.maximum(np.linalg.norm(a, axis=1)
-                                              * np.linalg.norm(b, axis=1), 1e-12)
-    return np.degrees(np.arccos(np.clip(cos, -1, 1)))
-
-
-def _median(values):
+def _quartiles(values):
     values = np.asarray(values, np.float64)
     values = values[np.isfinite(values)]
-    return float(np.median(values)) if len(values) else float('nan')
+    if not len(values):
+        return '-'
+    return '{:.2f} ({:.2f}-{:.2f})'.format(*np.percentile(values, [50, 25, 75]))
 
 
 def binned_table(pairs, key, edges, label):
     """Markdown table per bin of pairs[key] (speed or depth) (module doc, tables 1-2)."""
     lines = [f'| {label} | flows (all) | kept | angle deg | right sign | |m|/|e| | '
-             '|m|/(m_hat.u) | at occlusion |', '|---|---|---|---|---|---|---|---|']
+             '|m|/(m_hat.u) (p25-p75) | at occlusion |', '|---|---|---|---|---|---|---|---|']
 
     def row(name, inside):
         kept = inside & pairs['kept']
@@ -179,7 +183,7 @@ def binned_table(pairs, key, edges, label):
             f'{_median(_angle_deg(m, e)):.1f} | '
             f'{np.mean(np.sum(m * e, axis=1) > 0) if len(m) else np.nan:.0%} | '
             f'{_median(speed / np.linalg.norm(e, axis=1)):.2f} | '
-            f'{_median(np.where(projected > 0, speed / projected, np.nan)):.2f} | '
+            f'{_quartiles(np.where(projected > 0, speed / projected, np.nan))} | '
             f'{np.mean(pairs["occlusion"][kept]) if kept.any() else np.nan:.0%} |')
     value = pairs[key]
     for lo, hi in zip(edges[:-1], edges[1:]):
@@ -211,17 +215,39 @@ def cell_table(pairs, drawn):
     return '\n'.join(lines)
 
 
-def hybrids(pairs):
-    """Flow variants at the published flows' events (module doc, table 5)."""
+def hybrids(pairs, tolerance=False):
+    """
+    Flow variants at the published flows' events (module doc, table 5).
+
+    tolerance: also the model's flows with the wrong signs (p = m_hat . u < 0) flipped, the
+    model's directions and signs with the exact magnitudes |p|, and with p times
+    (|m| / p)^k (the model's own magnitude errors, scaled in log by k) and times a random
+    log-normal factor of sigma s (magnitude noise without structure).
+    """
     kept = pairs['kept']
     m, e, u = pairs['m'][kept], pairs['e'][kept], pairs['u'][kept]
     speed = np.linalg.norm(m, axis=1)
     m_hat = m / np.maximum(speed, 1e-12)[:, None]
     e_hat = e / np.maximum(np.linalg.norm(e, axis=1), 1e-12)[:, None]
-    return {'model': m,
-            'model dir, exact mag': np.sum(m_hat * u, axis=1)[:, None] * m_hat,
-            'exact dir, model mag': speed[:, None] * e_hat,
-            'exact at model events': e}
+    projected = np.sum(m_hat * u, axis=1)
+    variants = {'model': m, 'model dir, exact mag': projected[:, None] * m_hat,
+                'exact dir, model mag': speed[:, None] * e_hat, 'exact at model events': e}
+    if tolerance:
+        wrong = projected < 0
+        variants['model, wrong signs flipped'] = np.where(wrong[:, None], -m, m)
+        variants["model dir, |exact mag| (the model's signs)"] = \
+            np.abs(projected)[:, None] * m_hat
+        # Wrong signs keep the model's flow in the variants below: only magnitudes scaled.
+        right = projected > 0
+        ratio = np.where(right, speed / np.where(right, projected, 1.0), 1.0)
+        for k in (0.25, 0.5):
+            scaled = np.where(right, projected * ratio ** k, speed)
+            variants[f'model dir, exact mag x (model error)^{k:g}'] = scaled[:, None] * m_hat
+        rng = np.random.default_rng(0)
+        for sigma in (0.05, 0.1, 0.2):
+            scaled = np.where(right, projected * np.exp(rng.normal(0, sigma, len(m))), speed)
+            variants[f'model dir, exact mag x lognormal({sigma:g})'] = scaled[:, None] * m_hat
+    return variants
 
 
 def egomotion_rows(pairs, variants, config, duration_s, window_s, drawn):
@@ -232,7 +258,7 @@ def egomotion_rows(pairs, variants, config, duration_s, window_s, drawn):
     rows = []
     for name, flow in variants.items():
         flows = (pairs['t_s'][kept][ok], pairs['x'][kept][ok], pairs['y'][kept][ok],
-                 flow[ok, 0], flow[ok, 1], pairs['validity'][kept][ok])
+                 flow[ok, 0], flow[ok, 1], pairs['weight'][kept][ok])
         data = evaluate_motions.flow_windows(pairs['scene'], pairs['sequence'], flows,
                                              duration_s, window_s)
         rows.append((name, data))
@@ -242,7 +268,7 @@ def egomotion_rows(pairs, variants, config, duration_s, window_s, drawn):
         errors = {}
         for mode in evaluate_motions.MODES:
             result = evaluate_motions.run_sequence(data, mode, config)
-            error = evaluate_motions._angle_deg(result['direction'], data['v_m_s'])
+            error = _angle_deg(result['direction'], data['v_m_s'])
             errors[mode] = error
             if mode == 'free':
                 errors['omega'] = np.degrees(np.linalg.norm(
@@ -256,12 +282,16 @@ def main(argv=None):
     parser.add_argument('--kinds', nargs='+', default=['sideways', 'drone'])
     parser.add_argument('--split', default='tuning', choices=('tuning', 'heldout'))
     parser.add_argument('--count', type=int, default=2)
+    parser.add_argument('--seeds', type=int, nargs='*', default=None,
+                        help='these seeds instead of the first --count of the split')
     parser.add_argument('--duration', type=float, default=0.24)
     parser.add_argument('--render-ms', type=float, default=2.0)
     parser.add_argument('--cache-dir', required=True)
     parser.add_argument('--estimator-option', action='append', default=[],
                         metavar='NAME=VALUE', help='NormalFlowEstimator option (model=NAME too)')
     parser.add_argument('--no-egomotion', action='store_true')
+    parser.add_argument('--tolerance', action='store_true',
+                        help='also the magnitude-error tolerance variants (hybrids)')
     args = parser.parse_args(argv)
     from veckm_flow_ros.core.egomotion import EgomotionConfig
     from veckm_flow_ros.learning import motion_suite
@@ -269,7 +299,7 @@ def main(argv=None):
     config = EgomotionConfig()
     os.makedirs(args.cache_dir, exist_ok=True)
     for kind in args.kinds:
-        seeds = motion_suite.split_seeds(args.split, args.count)
+        seeds = args.seeds or motion_suite.split_seeds(args.split, args.count)
         all_pairs, drawn_all, ego = [], [], []
         for seed in seeds:
             pairs = paired(kind, seed, args)
@@ -288,8 +318,12 @@ def main(argv=None):
             all_pairs.append(pairs)
             drawn_all.append(drawn)
             if not args.no_egomotion:
-                ego.append(egomotion_rows(pairs, hybrids(pairs), config, args.duration,
-                                          config.window_s, drawn))
+                ego.append(egomotion_rows(pairs, hybrids(pairs, args.tolerance), config,
+                                          args.duration, config.window_s, drawn))
+                print('| flows | gyro deg | free deg | free omega deg/s |\n|---|---|---|---|')
+                for name, errors, _ in ego[-1]:
+                    print(f'| {name} | {_median(errors["gyro"]):.1f} | '
+                          f'{_median(errors["free"]):.1f} | {_median(errors["omega"]):.2f} |')
         joined = {key: np.concatenate([p[key] for p in all_pairs])
                   for key in ('m', 'e', 'u', 'depth', 'occlusion', 'kept', 'validity')}
         joined['speed'] = np.linalg.norm(joined['e'], axis=1)
