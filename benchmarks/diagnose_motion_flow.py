@@ -16,33 +16,35 @@
 Where the flow model's flows lose the egomotion of the motion suite (learning/motion_suite.py).
 
     nice python3 benchmarks/diagnose_motion_flow.py --kinds sideways drone --split tuning \
-        --count 2 --duration 0.24 --cache-dir DIR [--estimator-option NAME=VALUE ...]
+        --count 2 --duration 0.24 --cache-dir DIR [--tolerance] \
+        [--estimator-option NAME=VALUE ...] [--setting NAME=VALUE ...]
 
 Per sequence: the events simulated by learning/simulate3d (cached in --cache-dir), the flows
-the flow node would publish (stream.pipeline.node_default_estimator; computed with
-min_validity 0, the node's filter applied afterwards so that its share is measured) and per
-flow the exact optical flow u of its event, the event's depth and the exact normal direction
-(the log-intensity gradient of the scene rendered every --render-ms at the event's pixel;
-signed along u). Tables, over the published flows of a kind:
+the flow node would publish (stream.pipeline.node_default_estimator, options changed by
+--estimator-option; computed with min_validity 0, the node's filter applied afterwards so
+that its share is measured) and per flow the exact optical flow u of its event, the event's
+depth and the exact normal direction (the log-intensity gradient of the scene rendered every
+--render-ms at the event's pixel; signed along u). Printed per sequence: the time check
+(flows in time order, median |t_flow - t_event|; the windows are cut by the flows' times),
+the share kept and per cell of a 4 x 4 grid the share of the published flows against that of
+the exact flows motion_suite.window_flows draws (event-rate weighted) with the median
+|m| / |e|. Tables over the published flows of a kind:
 
 1. per exact normal speed |e| = |n . u| [px/s]: flows, share kept by the validity filter,
    median angle between the model flow and the exact normal flow [deg] (a wrong sign counts
    as 180), share with the sign of e (m . e > 0), median |m| / |e| and |m| / (m_hat . u)
    (quartiles; the model's magnitude against the exact flow along its own direction);
 2. the same per depth [m];
-3. per cell of a 4 x 4 grid: the share of the published flows against the share of the exact
-   flows that motion_suite.window_flows draws (event-rate weighted) and the median ratio;
-4. time: flows per window, the share of flows whose time lies in their window (always 1: the
-   windows are cut by the flows' times) and the median |t_flow - t_event| (0: a flow carries
-   its event's time);
-5. the egomotion direction error (median over the windows, with gyro / without) for the
-   flows and hybrids at the same events: 'model' (the node's flows), 'model dir, exact mag'
-   ((m_hat . u) m_hat), 'exact dir, model mag' (|m| e_hat), 'exact at model events' (e),
-   'exact, drawn' (motion_suite's exact normal flow, its own pixels), each with the
-   validity weights where the model's flows carry them.
+3. wrong signs and |m| / (m_hat . u) per local event density (events per pixel and second in
+   the 8 x 8 px, DENSITY_BIN_NS bin of the flow's event);
+4. the egomotion direction error (median over the windows, with gyro / without; the solver
+   settings changed by --setting) for the flows and hybrids at the same events (hybrids()),
+   and 'exact, drawn' (motion_suite's exact normal flow at its own pixels), with the node's
+   weights (validity, or the confidence where computed).
 """
 
 import argparse
+import dataclasses
 import os
 import pathlib
 import sys
@@ -58,6 +60,9 @@ from veckm_flow_ros.offline.evaluate_motions import _angle_deg  # noqa: E402
 SPEED_EDGES_PX_S = (0, 25, 50, 100, 150, 250, 400, 700, 1000, 1e9)
 DEPTH_EDGES_M = (0, 2, 3, 4, 6, 8, 12, np.inf)
 GRID = 4
+# Local event density: events per pixel and second in 8 x 8 px bins of this duration.
+DENSITY_BIN_NS = 12_000_000
+DENSITY_EDGES = (0, 5, 10, 20, 40, 80, 160, np.inf)
 
 
 def simulated(kind, seed, duration_s, cache_dir):
@@ -74,7 +79,7 @@ def simulated(kind, seed, duration_s, cache_dir):
 
 
 def model_flows(sequence, options, cache_path):
-    """Dict of the node's flows with min_validity 0: index, u, v, validity (cached)."""
+    """Return the node's flows with min_validity 0 (dict: index, u, v, validity; cached)."""
     if cache_path.is_file():
         with np.load(cache_path) as data:
             return {k: data[k] for k in data.files}
@@ -100,7 +105,7 @@ def model_flows(sequence, options, cache_path):
 
 
 def exact_normals(scene, sequence, index, render_s, cache_path):
-    """Unit log-intensity gradient (N, 2) at the events `index` (rendered every render_s)."""
+    """Return the unit log-intensity gradient (N, 2) at the events `index` (render_s apart)."""
     if cache_path.is_file():
         with np.load(cache_path) as data:
             return data['normal']
@@ -149,9 +154,13 @@ def paired(kind, seed, args):
 
 
 def parse_options(pairs):
+    """{name: value} of NAME=VALUE strings: true/false, numbers, else the string."""
     options = {}
     for pair in pairs:
         name, value = pair.split('=', 1)
+        if value.lower() in ('true', 'false'):
+            options[name] = value.lower() == 'true'
+            continue
         try:
             options[name] = float(value) if '.' in value or 'e' in value else int(value)
         except ValueError:
@@ -192,6 +201,36 @@ def binned_table(pairs, key, edges, label):
     return '\n'.join(lines)
 
 
+def density_table(pairs_list, edges=DENSITY_EDGES):
+    """Wrong signs and |m| / (m_hat . u) per local event density (module doc, table 3)."""
+    density, wrong, ratio, speed = [], [], [], []
+    for pairs in pairs_list:
+        events = pairs['sequence'].events
+        key = ((events.t_ns // DENSITY_BIN_NS).astype(np.int64) * 4096 + events.y // 8) \
+            * 4096 + events.x // 8
+        _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        per_event = counts[inverse] / (64 * DENSITY_BIN_NS * 1e-9)
+        kept = pairs['kept']
+        m, u = pairs['m'][kept], pairs['u'][kept]
+        norm = np.linalg.norm(m, axis=1)
+        projected = np.sum(m * u, axis=1) / np.maximum(norm, 1e-12)
+        density.append(per_event[pairs['index'][kept]])
+        wrong.append(projected < 0)
+        ratio.append(np.where(projected > 0, norm / np.where(projected > 0, projected, 1.0),
+                              np.nan))
+        speed.append(np.linalg.norm(u, axis=1))
+    density, wrong = np.concatenate(density), np.concatenate(wrong)
+    ratio, speed = np.concatenate(ratio), np.concatenate(speed)
+    lines = ['| local events/px/s | flows | wrong sign | |m|/(m_hat.u) (p25-p75) | median |u| '
+             'px/s |', '|---|---|---|---|---|']
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = (density >= lo) & (density < hi)
+        if inside.any():
+            lines.append(f'| {lo:g}-{hi:g} | {int(inside.sum())} | {wrong[inside].mean():.1%} | '
+                         f'{_quartiles(ratio[inside])} | {_median(speed[inside]):.0f} |')
+    return '\n'.join(lines)
+
+
 def cell_table(pairs, drawn):
     """Per cell of a GRID x GRID grid: share of published vs drawn exact flows, ratio."""
     width, height = pairs['width'], pairs['height']
@@ -217,7 +256,7 @@ def cell_table(pairs, drawn):
 
 def hybrids(pairs, tolerance=False):
     """
-    Flow variants at the published flows' events (module doc, table 5).
+    Flow variants at the published flows' events (module doc, table 4).
 
     tolerance: also the model's flows with the wrong signs (p = m_hat . u < 0) flipped, the
     model's directions and signs with the exact magnitudes |p|, and with p times
@@ -244,6 +283,10 @@ def hybrids(pairs, tolerance=False):
             scaled = np.where(right, projected * ratio ** k, speed)
             variants[f'model dir, exact mag x (model error)^{k:g}'] = scaled[:, None] * m_hat
         rng = np.random.default_rng(0)
+        for share in (0.01, 0.05):
+            flip = rng.random(len(m)) < share
+            variants[f'model dir, exact mag, {share:.0%} signs flipped at random'] = \
+                np.where(flip, -projected, projected)[:, None] * m_hat
         for sigma in (0.05, 0.1, 0.2):
             scaled = np.where(right, projected * np.exp(rng.normal(0, sigma, len(m))), speed)
             variants[f'model dir, exact mag x lognormal({sigma:g})'] = scaled[:, None] * m_hat
@@ -289,6 +332,8 @@ def main(argv=None):
     parser.add_argument('--cache-dir', required=True)
     parser.add_argument('--estimator-option', action='append', default=[],
                         metavar='NAME=VALUE', help='NormalFlowEstimator option (model=NAME too)')
+    parser.add_argument('--setting', action='append', default=[], metavar='NAME=VALUE',
+                        help='EgomotionConfig field (e.g. sign_start=0)')
     parser.add_argument('--no-egomotion', action='store_true')
     parser.add_argument('--tolerance', action='store_true',
                         help='also the magnitude-error tolerance variants (hybrids)')
@@ -296,7 +341,7 @@ def main(argv=None):
     from veckm_flow_ros.core.egomotion import EgomotionConfig
     from veckm_flow_ros.learning import motion_suite
     from veckm_flow_ros.offline import evaluate_motions
-    config = EgomotionConfig()
+    config = dataclasses.replace(EgomotionConfig(), **parse_options(args.setting)).check()
     os.makedirs(args.cache_dir, exist_ok=True)
     for kind in args.kinds:
         seeds = args.seeds or motion_suite.split_seeds(args.split, args.count)
@@ -329,6 +374,8 @@ def main(argv=None):
         joined['speed'] = np.linalg.norm(joined['e'], axis=1)
         print(f'\n### {kind}: model vs exact normal flow per exact speed (published flows)')
         print(binned_table(joined, 'speed', SPEED_EDGES_PX_S, '|e| px/s'))
+        print(f'\n### {kind}: per local event density')
+        print(density_table(all_pairs))
         print(f'\n### {kind}: per depth')
         print(binned_table(joined, 'depth', DEPTH_EDGES_M, 'depth m'))
         if ego:
