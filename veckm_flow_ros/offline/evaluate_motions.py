@@ -87,14 +87,27 @@ def load_sequence(kind, seed, duration_s, flow, cache_dir=None, window_s=0.03):
     return out
 
 
-def _model_sequence(kind, seed, duration_s, window_s=0.03, ttc_grid=(6, 8), min_ttc_flows=10):
+def _model_sequence(kind, seed, duration_s, window_s=0.03):
     """load_sequence's dict for the flow model's flows of simulated events."""
     from veckm_flow_ros.learning.simulate3d import simulate3d
-    from veckm_flow_ros.learning.world3d import motion_field
     from veckm_flow_ros.offline.evaluate_egomotion import sequence_flows
     scene = motion_suite.make_motion_scene(kind, seed)
     sequence = simulate3d(scene, duration_s, seed=seed)
-    (t_s, x, y, u, v, weight), _ = sequence_flows(sequence, 'estimated')
+    flows, _ = sequence_flows(sequence, 'estimated')
+    return flow_windows(scene, sequence, flows, duration_s, window_s)
+
+
+def flow_windows(scene, sequence, flows, duration_s, window_s=0.03, ttc_grid=(6, 8),
+                 min_ttc_flows=10):
+    """
+    load_sequence's dict for flows of a simulated sequence of `scene`.
+
+    flows: (t_s, x, y, u, v, weight) (N,) arrays in time order (evaluate_egomotion's
+    sequence_flows; weight None: all 1), u, v the flow [px/s]; the truth per window
+    [k window_s, (k + 1) window_s) as in motion_suite.window_flows.
+    """
+    from veckm_flow_ros.learning.world3d import motion_field
+    t_s, x, y, u, v, weight = flows
     edges = np.arange(0.0, duration_s + 1e-9, window_s)
     camera = scene.camera
     bounds = np.searchsorted(t_s, edges)
@@ -123,6 +136,7 @@ def _model_sequence(kind, seed, duration_s, window_s=0.03, ttc_grid=(6, 8), min_
                 if len(depths) >= min_ttc_flows:
                     ttc.flat[cell] = np.median(depths) / v_mean[2]
         windows.append((t0, t1, lo, hi, v_mean, w_mean, ratio, ttc))
+    kind, seed = scene.description['kind'], scene.description['seed']
     gyro_t, gyro_w, bias = motion_suite.gyro_samples(scene.trajectory, duration_s, seed)
     return {
         'kind': np.array(kind), 'seed': np.array(seed),
