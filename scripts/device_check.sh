@@ -31,7 +31,9 @@
 #       22 s on an H100), each step under its own time limit; ONLY="stream node" reruns steps.
 #
 # GPU steps: build the CUDA extension in place; the CUDA tests (encode's dense and sparse paths
-# against the CPU); the published estimator side by side (benchmarks/bench_peer.py, 640x480
+# against the CPU; test_device_sync.py: the streaming estimator and encode under torch's sync
+# debug mode 'error', so any host synchronisation but the read of each block's flows fails);
+# the published estimator side by side (benchmarks/bench_peer.py, 640x480
 # and 1280x720); the streaming estimator (benchmarks/bench_estimator.py, 640x480 and 1280x720,
 # every event and every 8th); the real node over DDS with device:=cuda (benchmarks/bench_node.py:
 # the evt3 recording at 640x480, the synthetic grating at 1280x720; every event and every 8th).
@@ -166,7 +168,7 @@ fi
 
 step tests
 want tests && timeout 90 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
-  test/test_cuda.py test/test_estimator.py 2>&1 | tee "$OUT/tests.log" | tail -15
+  test/test_cuda.py test/test_estimator.py test/test_device_sync.py 2>&1 | tee "$OUT/tests.log" | tail -15
 
 step peer
 # The published estimator side by side (its sources and weights travel in .device/data).
@@ -182,6 +184,12 @@ DEVICE=cuda; EVENTS=30000000
 want stream && timeout 130 "$PY" benchmarks/bench_estimator.py --device $DEVICE --size 640x480 1280x720 \
   --speed 33 100 --stride 1 8 --block-ms 24 --events $EVENTS --cpu-events $EVENTS \
   --long-context-below-px-s 150 2>&1 | tee "$OUT/stream.txt"
+# Host synchronisations per block, counted by torch's sync debug mode (slower: its own run).
+SYNC_EVENTS=3000000
+[ $REHEARSE = 1 ] && SYNC_EVENTS=50000
+want stream && timeout 60 "$PY" benchmarks/bench_estimator.py --device $DEVICE --size 640x480 \
+  --speed 33 --stride 1 8 --block-ms 24 --events $SYNC_EVENTS --cpu-events $SYNC_EVENTS \
+  --long-context-below-px-s 0 150 --count-syncs 2>&1 | tee "$OUT/syncs.txt"
 
 step node
 if [ -n "${ROS_SETUP_PID:-}" ]; then
@@ -213,7 +221,7 @@ step summary
 {
   cat "$OUT/machine.txt"; echo
   grep -E 'passed|failed|error' "$OUT/tests.log" | tail -3; echo
-  cat "$OUT/peer.txt" "$OUT/stream.txt"
+  cat "$OUT/peer.txt" "$OUT/stream.txt" "$OUT/syncs.txt"
   for f in "$OUT"/node_*.txt; do [ -f "$f" ] && { echo "$f"; tail -n 14 "$f"; }; done
 } > "$OUT/summary.txt" 2>&1
 step done
