@@ -228,8 +228,8 @@ __global__ void gather_targets_kernel(const int64_t* target_index, const int64_t
 // of float32 values in float64 are exact here, so the subtractions leave no drift.
 constexpr int64_t kRowsPerSegment = 32;
 
-// rows_in_chunk: the host's bound; the chunk ends at the last target row (num_target_rows,
-// on the device).
+// The chunk holds the target rows [chunk_begin, chunk_begin + rows_bound) (the host's bound)
+// up to the last one (num_target_rows, on the device).
 __global__ void column_sum_kernel(const int64_t* target_rows, int64_t chunk_begin,
                                   int64_t rows_bound, const int64_t* num_target_rows,
                                   const int32_t* slot_map, const float* slot_embed,
