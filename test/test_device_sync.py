@@ -84,7 +84,7 @@ def _flows(blocks):
 
 @pytest.mark.parametrize('options', OPTIONS)
 def test_device_form_waits_only_for_the_finished_flows(model, options):
-    packets, width, height = _demo_packets(130)
+    packets, width, height = _demo_packets(130 if 'block_s' in options else 70)
     estimator = NormalFlowEstimator(model, width, height, sync_free=True,
                                     **{'block_s': 0.010, **options})
     warm = [block for packet in packets[:40] for block in estimator.push(packet)]
@@ -111,7 +111,7 @@ def test_cpu_form_reads_device_values_where_the_device_form_does_not(model):
 @pytest.mark.parametrize('options', OPTIONS)
 def test_device_form_gives_the_cpu_form_flows(model, options):
     """Fixed shapes change nothing: the same flows, validities and counts on the CPU."""
-    packets, width, height = _demo_packets(70)
+    packets, width, height = _demo_packets(60)
     results = []
     for sync_free in (False, True):
         estimator = NormalFlowEstimator(model, width, height, sync_free=sync_free,
