@@ -93,8 +93,10 @@ def compressed_stream(speed, total_events, packet_ns=1_000_000, size=None):
 def run_case(model, device, packets, width, height, stride, block_ms, long_context_px_s=0.0,
              count_syncs=False):
     """
-    Stream the packets through a fresh estimator; return (wall s, flows, push times s,
-    flows looked at again, blocks, syncs or None, reads of finished flows or None).
+    Stream the packets through a fresh estimator and return its figures.
+
+    Returns (wall s, flows, push times s, flows looked at again, blocks, host syncs or None,
+    reads of finished flows or None).
     """
     import torch
 
@@ -113,7 +115,7 @@ def run_case(model, device, packets, width, height, stride, block_ms, long_conte
     push_times = []
     flows = blocks_out = 0
     count_syncs = count_syncs and device == 'cuda'
-    reads = estimator._reader.reads if estimator._reader is not None else None
+    reads = estimator.host_reads if estimator.sync_free else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         if count_syncs:
@@ -134,7 +136,7 @@ def run_case(model, device, packets, width, height, stride, block_ms, long_conte
         wall = time.perf_counter() - start
     syncs = sum('synchronizing' in str(w.message) for w in caught) if count_syncs else None
     if reads is not None:
-        reads = estimator._reader.reads - reads
+        reads = estimator.host_reads - reads
     return (wall, flows, np.array(push_times), estimator.long_context_flows, blocks_out,
             syncs, reads)
 

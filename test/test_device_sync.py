@@ -88,13 +88,13 @@ def test_device_form_waits_only_for_the_finished_flows(model, options):
     estimator = NormalFlowEstimator(model, width, height, sync_free=True,
                                     **{'block_s': 0.010, **options})
     warm = [block for packet in packets[:40] for block in estimator.push(packet)]
-    reads = estimator._reader.reads
+    reads = estimator.host_reads
     recorder = WaitRecorder()
     with recorder:
         blocks = [block for packet in packets[40:] for block in estimator.push(packet)]
     assert len(blocks) >= 2 and warm
     assert recorder.waits == []
-    assert estimator._reader.reads - reads == len(blocks)  # one read per block
+    assert estimator.host_reads - reads == len(blocks)  # one read per block
 
 
 def test_cpu_form_reads_device_values_where_the_device_form_does_not(model):
@@ -137,14 +137,14 @@ def test_cuda_stream_has_no_host_sync_but_the_flows(model, options):
     assert estimator.sync_free
     for packet in packets[:40]:  # first blocks: kernel loading, allocator growth
         estimator.push(packet)
-    reads = estimator._reader.reads
+    reads = estimator.host_reads
     torch.cuda.set_sync_debug_mode('error')
     try:
         blocks = [block for packet in packets[40:] for block in estimator.push(packet)]
     finally:
         torch.cuda.set_sync_debug_mode('default')
     assert len(blocks) >= 4
-    assert estimator._reader.reads - reads == len(blocks)
+    assert estimator.host_reads - reads == len(blocks)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA device')

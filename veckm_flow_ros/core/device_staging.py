@@ -106,7 +106,7 @@ class EventUploader:
         return self._host_buffer
 
     def _copy(self, staging: torch.Tensor) -> torch.Tensor:
-        """staging (a pinned host tensor) on the device, ordered on the current stream."""
+        """Return `staging` (a pinned host tensor) on the device, ordered on the current stream."""
         self.uploads += 1
         self.bytes_uploaded += staging.numel() * staging.element_size()
         if not self._cuda:
@@ -177,7 +177,7 @@ class HostReader:
         return copied
 
     def read(self, tensor: torch.Tensor) -> np.ndarray:
-        """The values of `tensor` as a numpy array (a copy on CUDA, a view on the CPU)."""
+        """Return the values of `tensor` as a numpy array (a copy on CUDA, a view on the CPU)."""
         return self.read_later(tensor)()
 
 

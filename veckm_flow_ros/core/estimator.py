@@ -391,6 +391,11 @@ class NormalFlowEstimator:
         return time.perf_counter() - start
 
     @property
+    def host_reads(self) -> int:
+        """Count the waits for device results in the sync-free form (one a block), else 0."""
+        return 0 if self._reader is None else self._reader.reads
+
+    @property
     def buffered_events(self) -> int:
         """Events held for pending blocks (at most max_buffered_events after a push)."""
         return len(self._events)
