@@ -19,6 +19,7 @@ Streaming throughput of NormalFlowEstimator (the node's compute path) on CPU and
                                           [--stride 1 8] [--block-ms 10] [--events 3000000]
                                           [--long-context-below-px-s 0 150]
                                           [--size 640x480 1280x720] [--count-syncs]
+                                          [--cuda-forms sync-free compacting]
 
 The bundled demo scene (346x260, 0.6 M events/s at 1x) is replayed time-compressed by each
 speed factor (speed 33: ~20 M events/s), looped until --events events, in 1 ms packets of
@@ -34,7 +35,9 @@ speed factor grow with the area. --count-syncs (CUDA) runs the timed loop under 
 debug mode ('warn') and adds the host synchronisations per block it reported ("syncs/blk";
 the read of each block's flows is an event wait, not counted there) and the estimator's reads
 of finished flows per block ("reads/blk", 1 expected); it slows the run, so its speeds are
-not the benchmark's.
+not the benchmark's. --cuda-forms compacting adds rows of the estimator's CPU form run on
+CUDA (sync_free=False: slow flows compacted before their second look, a host wait each;
+device "cuda/c") to compare with the default sync-free form (fixed shapes).
 """
 
 import argparse
@@ -91,7 +94,7 @@ def compressed_stream(speed, total_events, packet_ns=1_000_000, size=None):
 
 
 def run_case(model, device, packets, width, height, stride, block_ms, long_context_px_s=0.0,
-             count_syncs=False):
+             count_syncs=False, sync_free=None):
     """
     Stream the packets through a fresh estimator and return its figures.
 
@@ -103,7 +106,8 @@ def run_case(model, device, packets, width, height, stride, block_ms, long_conte
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
     estimator = NormalFlowEstimator(model, width, height, device=device,
                                     block_s=block_ms * 1e-3, target_stride=stride,
-                                    long_context_below_px_s=long_context_px_s)
+                                    long_context_below_px_s=long_context_px_s,
+                                    sync_free=sync_free)
     # Warm-up on a copy (CUDA context, allocator, cuBLAS) so the timed run starts hot.
     warm = NormalFlowEstimator(model, width, height, device=device, block_s=block_ms * 1e-3,
                                long_context_below_px_s=long_context_px_s)
@@ -164,6 +168,9 @@ def main():
     parser.add_argument('--size', nargs='+', default=[],
                         help='sensor sizes WxH (the scene tiled over them; default: the '
                              "scene's own 346x260)")
+    parser.add_argument('--cuda-forms', nargs='+', default=['sync-free'],
+                        choices=['sync-free', 'compacting'],
+                        help='forms of the estimator timed on CUDA (module docstring)')
     parser.add_argument('--count-syncs', action='store_true',
                         help='count host synchronisations per block on CUDA (slower; '
                              'module docstring)')
@@ -191,13 +198,17 @@ def main():
              for speed in args.speed for stride in args.stride]
     for size, long_context, speed, stride in cases:
         cpu_rate = None
-        for device in args.device:
+        runs = [(device, None) for device in args.device if device != 'cuda']
+        if 'cuda' in args.device:
+            runs += [('cuda', form == 'sync-free') for form in args.cuda_forms]
+        for device, sync_free in runs:
             total = args.cpu_events if device == 'cpu' else args.events
             packets, width, height, span_s = compressed_stream(speed, total, size=size)
             events = sum(len(p) for p in packets)
             wall, flows, push_times, again, blocks, syncs, reads = run_case(
                 model, device, packets, width, height, stride, args.block_ms, long_context,
-                args.count_syncs)
+                args.count_syncs, sync_free)
+            label = 'cuda/c' if sync_free is False else device
             rate = events / wall
             if device == 'cpu':
                 cpu_rate = rate
@@ -205,7 +216,7 @@ def main():
                 f'{"-":>7}'
             p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
                 else (math.nan, math.nan)
-            print(f'{f"{width}x{height}":<9} {device:<6} {long_context:>5g} {speed:>6g} '
+            print(f'{f"{width}x{height}":<9} {label:<6} {long_context:>5g} {speed:>6g} '
                   f'{stride:>6} {events:>9} '
                   f'{events / span_s:>12,.0f} {rate:>12,.0f} {span_s / wall:>6.2f} '
                   f'{flows / wall:>12,.0f} {p50:>7.1f} {p99:>7.1f} '

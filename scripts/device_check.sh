@@ -185,7 +185,8 @@ want stream && timeout 130 "$PY" benchmarks/bench_estimator.py --device $DEVICE 
   --speed 33 100 --stride 1 8 --block-ms 24 --events $EVENTS --cpu-events $EVENTS \
   --long-context-below-px-s 150 2>&1 | tee "$OUT/stream.txt"
 # Host synchronisations per block, counted by torch's sync debug mode (slower: its own run).
-SYNC_CASES="--size 640x480 --stride 1 8 --long-context-below-px-s 0 150 --events 3000000"
+SYNC_CASES="--size 640x480 --stride 1 8 --long-context-below-px-s 0 150 --events 3000000
+  --cuda-forms sync-free compacting"
 # Rehearsal: one case of the scene's own size (the CPU has no device form to count).
 [ $REHEARSE = 1 ] && SYNC_CASES="--stride 8 --long-context-below-px-s 150 --cpu-events 50000"
 # shellcheck disable=SC2086

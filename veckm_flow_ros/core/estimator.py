@@ -218,7 +218,8 @@ class NormalFlowEstimator:
         # The device form: target positions travel through pinned staging, results through
         # one packed read per block (core/device_staging.py).
         self._uploader = EventUploader(self.device) if self.sync_free else None
-        self._reader = HostReader(self.device) if self.sync_free else None
+        self._reader = HostReader(self.device) if self.device.type != 'cpu' or \
+            self.sync_free else None
         self.model = model.to(self.device)
         if self.device.type == 'cpu':
             # Decide the MLP form now (numeric checks, ~30 ms once), not on the first block.
@@ -393,7 +394,7 @@ class NormalFlowEstimator:
     @property
     def host_reads(self) -> int:
         """Count the waits for device results in the sync-free form (one a block), else 0."""
-        return 0 if self._reader is None else self._reader.reads
+        return 0 if self._reader is None or not self.sync_free else self._reader.reads
 
     @property
     def buffered_events(self) -> int:
