@@ -18,7 +18,8 @@ Streaming throughput of NormalFlowEstimator (the node's compute path) on CPU and
     python3 benchmarks/bench_estimator.py [--device cpu cuda] [--speed 1 10 33 100]
                                           [--stride 1 8] [--block-ms 10] [--events 3000000]
                                           [--long-context-below-px-s 0 150]
-                                          [--size 640x480 1280x720]
+                                          [--size 640x480 1280x720] [--count-syncs]
+                                          [--cuda-forms sync-free compacting]
 
 The bundled demo scene (346x260, 0.6 M events/s at 1x) is replayed time-compressed by each
 speed factor (speed 33: ~20 M events/s), looped until --events events, in 1 ms packets of
@@ -30,13 +31,20 @@ second look at slow flows ("2nd %", --long-context-below-px-s; 0: off, the estim
 default) and the ratio to the CPU row of the same case, measured in the same run. --size
 tiles copies of the scene over a larger sensor (640x480: 2 x 2 copies, 1280x720: 4 x 3, cut at
 the sensor's edges), each shifted in time by its share of the scene's span: the events per
-speed factor grow with the area.
+speed factor grow with the area. --count-syncs (CUDA) runs the timed loop under torch's sync
+debug mode ('warn') and adds the host synchronisations per block it reported ("syncs/blk";
+the read of each block's flows is an event wait, not counted there) and the estimator's reads
+of finished flows per block ("reads/blk", 1 expected); it slows the run, so its speeds are
+not the benchmark's. --cuda-forms compacting adds rows of the estimator's CPU form run on
+CUDA (sync_free=False: slow flows compacted before their second look, a host wait each;
+device "cuda/c") to compare with the default sync-free form (fixed shapes).
 """
 
 import argparse
 import math
 import pathlib
 import time
+import warnings
 
 import numpy as np
 
@@ -85,13 +93,21 @@ def compressed_stream(speed, total_events, packet_ns=1_000_000, size=None):
     return packets, width, height, int(t_all[-1]) * 1e-9
 
 
-def run_case(model, device, packets, width, height, stride, block_ms, long_context_px_s=0.0):
+def run_case(model, device, packets, width, height, stride, block_ms, long_context_px_s=0.0,
+             count_syncs=False, sync_free=None):
+    """
+    Stream the packets through a fresh estimator and return its figures.
+
+    Returns (wall s, flows, push times s, flows looked at again, blocks, host syncs or None,
+    reads of finished flows or None).
+    """
     import torch
 
     from veckm_flow_ros.core.estimator import NormalFlowEstimator
     estimator = NormalFlowEstimator(model, width, height, device=device,
                                     block_s=block_ms * 1e-3, target_stride=stride,
-                                    long_context_below_px_s=long_context_px_s)
+                                    long_context_below_px_s=long_context_px_s,
+                                    sync_free=sync_free)
     # Warm-up on a copy (CUDA context, allocator, cuBLAS) so the timed run starts hot.
     warm = NormalFlowEstimator(model, width, height, device=device, block_s=block_ms * 1e-3,
                                long_context_below_px_s=long_context_px_s)
@@ -101,17 +117,36 @@ def run_case(model, device, packets, width, height, stride, block_ms, long_conte
     if device == 'cuda':
         torch.cuda.synchronize()
     push_times = []
-    flows = 0
-    start = time.perf_counter()
-    for packet in packets:
-        t0 = time.perf_counter()
-        blocks = estimator.push(packet)
-        if blocks:
-            push_times.append(time.perf_counter() - t0)
-            flows += sum(len(b) for b in blocks)
-    flows += sum(len(b) for b in estimator.flush())
-    wall = time.perf_counter() - start
-    return wall, flows, np.array(push_times), estimator.long_context_flows
+    flows = blocks_out = 0
+    count_syncs = count_syncs and device == 'cuda'
+    reads = estimator.host_reads if estimator.sync_free else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        if count_syncs:
+            torch.cuda.set_sync_debug_mode('warn')
+        start = time.perf_counter()
+        for packet in packets:
+            t0 = time.perf_counter()
+            blocks = estimator.push(packet)
+            if blocks:
+                push_times.append(time.perf_counter() - t0)
+                flows += sum(len(b) for b in blocks)
+                blocks_out += len(blocks)
+        if count_syncs:
+            torch.cuda.set_sync_debug_mode('default')
+        last = estimator.flush()
+        flows += sum(len(b) for b in last)
+        blocks_out += len(last)
+        wall = time.perf_counter() - start
+    syncs = sum('synchronizing' in str(w.message) for w in caught) if count_syncs else None
+    if reads is not None:
+        reads = estimator.host_reads - reads
+    return (wall, flows, np.array(push_times), estimator.long_context_flows, blocks_out,
+            syncs, reads)
+
+
+def _per_block(count, blocks):
+    return f'{"-":>9}' if count is None or not blocks else f'{count / blocks:>9.2f}'
 
 
 def main():
@@ -133,6 +168,12 @@ def main():
     parser.add_argument('--size', nargs='+', default=[],
                         help='sensor sizes WxH (the scene tiled over them; default: the '
                              "scene's own 346x260)")
+    parser.add_argument('--cuda-forms', nargs='+', default=['sync-free'],
+                        choices=['sync-free', 'compacting'],
+                        help='forms of the estimator timed on CUDA (module docstring)')
+    parser.add_argument('--count-syncs', action='store_true',
+                        help='count host synchronisations per block on CUDA (slower; '
+                             'module docstring)')
     args = parser.parse_args()
     sizes = [tuple(int(v) for v in size.lower().split('x')) for size in args.size] or [None]
 
@@ -148,7 +189,8 @@ def main():
           f'threads, GPU {gpu}')
     header = (f'{"size":<9} {"device":<6} {"2nd<":>5} {"speed":>6} {"stride":>6} {"events":>9} '
               f'{"input ev/s":>12} {"ev/s":>12} {"xRT":>6} {"flows/s":>12} {"p50 ms":>7} '
-              f'{"p99 ms":>7} {"2nd %":>6} {"vs cpu":>7}')
+              f'{"p99 ms":>7} {"2nd %":>6} {"vs cpu":>7}' +
+              (f' {"syncs/blk":>9} {"reads/blk":>9}' if args.count_syncs else ''))
     print(header)
     print('-' * len(header), flush=True)
     cases = [(size, long_context, speed, stride) for size in sizes
@@ -156,12 +198,17 @@ def main():
              for speed in args.speed for stride in args.stride]
     for size, long_context, speed, stride in cases:
         cpu_rate = None
-        for device in args.device:
+        runs = [(device, None) for device in args.device if device != 'cuda']
+        if 'cuda' in args.device:
+            runs += [('cuda', form == 'sync-free') for form in args.cuda_forms]
+        for device, sync_free in runs:
             total = args.cpu_events if device == 'cpu' else args.events
             packets, width, height, span_s = compressed_stream(speed, total, size=size)
             events = sum(len(p) for p in packets)
-            wall, flows, push_times, again = run_case(
-                model, device, packets, width, height, stride, args.block_ms, long_context)
+            wall, flows, push_times, again, blocks, syncs, reads = run_case(
+                model, device, packets, width, height, stride, args.block_ms, long_context,
+                args.count_syncs, sync_free)
+            label = 'cuda/c' if sync_free is False else device
             rate = events / wall
             if device == 'cpu':
                 cpu_rate = rate
@@ -169,11 +216,13 @@ def main():
                 f'{"-":>7}'
             p50, p99 = (np.percentile(push_times, [50, 99]) * 1e3) if len(push_times) \
                 else (math.nan, math.nan)
-            print(f'{f"{width}x{height}":<9} {device:<6} {long_context:>5g} {speed:>6g} '
+            print(f'{f"{width}x{height}":<9} {label:<6} {long_context:>5g} {speed:>6g} '
                   f'{stride:>6} {events:>9} '
                   f'{events / span_s:>12,.0f} {rate:>12,.0f} {span_s / wall:>6.2f} '
                   f'{flows / wall:>12,.0f} {p50:>7.1f} {p99:>7.1f} '
-                  f'{100.0 * again / max(flows, 1):>6.1f} {ratio}', flush=True)
+                  f'{100.0 * again / max(flows, 1):>6.1f} {ratio}' +
+                  (f' {_per_block(syncs, blocks)} {_per_block(reads, blocks)}'
+                   if args.count_syncs else ''), flush=True)
 
 
 if __name__ == '__main__':

@@ -19,7 +19,9 @@
 //   Times are int64 ns (absolute sensor stamps are fine: differences are taken in int64);
 //   events outside width x height are not context; a target outside the image gets count 0
 //   and zero features (invalid). Returns features float32 [M, 2D] (Re f then Im f) and
-//   count int32 [M] (C_n).
+//   count int32 [M] (C_n). A target_index outside [0, N) is refused on the CPU; the CUDA
+//   kernel does not wait for the device to check it, it gives that target count -1 and zero
+//   features instead (the error flag travels with the results).
 // Kernels: cpu/encode_cpu.cpp, cuda/encode_cuda.cu (shared math: encode_math.h). The argument
 // checks below also serve encode_naive, which has the same arguments and results.
 
@@ -101,7 +103,8 @@ EncodeCall prepare_encode_call(const at::Tensor& t_ns, const at::Tensor& x, cons
                                const at::Tensor& target_index, int64_t width, int64_t height,
                                const at::Tensor& freq_t, const at::Tensor& freq_x,
                                const at::Tensor& freq_y, double tau_s, int64_t pixel_radius,
-                               c10::DeviceType device_type, bool zero_outputs) {
+                               c10::DeviceType device_type, bool zero_outputs,
+                               bool check_targets_on_host) {
   check_encode_args(t_ns, x, y, target_index, width, height, freq_t, freq_x, freq_y, tau_s,
                     pixel_radius);
   TORCH_CHECK(t_ns.device().type() == device_type, "t_ns must be a ", device_type,
@@ -119,8 +122,9 @@ EncodeCall prepare_encode_call(const at::Tensor& t_ns, const at::Tensor& x, cons
                                : at::empty({call.m, call.channels}, float_options);
   call.count = zero_outputs ? at::zeros({call.m}, int_options) : at::empty({call.m}, int_options);
   if (call.m > 0) {
+    TORCH_CHECK(call.n > 0, "target_index holds ", call.m, " targets but there are no events");
     call.in = contiguous_encode_tensors(t_ns, x, y, target_index, freq_t, freq_x, freq_y);
-    check_target_range(call.in.target_index, call.n);
+    if (check_targets_on_host) check_target_range(call.in.target_index, call.n);
   }
   return call;
 }

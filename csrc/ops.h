@@ -60,8 +60,9 @@ EncodeTensors contiguous_encode_tensors(const at::Tensor& t_ns, const at::Tensor
 
 // What every encode kernel does first (encode.cpp): the argument checks, the check that t_ns
 // is on `device_type`, the outputs features float32 [M, 2D] and count int32 [M] (zeroed when
-// zero_outputs; invalid targets keep zeros), and, when M > 0, the contiguous tensors and the
-// check of the target indices (check_target_range).
+// zero_outputs; invalid targets keep zeros), and, when M > 0, the contiguous tensors and,
+// when check_targets_on_host, the check of the target indices (check_target_range, a device
+// sync on a GPU; the CUDA encode kernel flags them itself instead).
 struct EncodeInputs {
   const int64_t* t_ns;
   const int32_t *x, *y;
@@ -85,7 +86,8 @@ EncodeCall prepare_encode_call(const at::Tensor& t_ns, const at::Tensor& x, cons
                                const at::Tensor& target_index, int64_t width, int64_t height,
                                const at::Tensor& freq_t, const at::Tensor& freq_x,
                                const at::Tensor& freq_y, double tau_s, int64_t pixel_radius,
-                               c10::DeviceType device_type, bool zero_outputs);
+                               c10::DeviceType device_type, bool zero_outputs,
+                               bool check_targets_on_host = true);
 
 // Whether encode takes its per-target (sparse) path for this call: the environment variable
 // VECKM_FLOW_ENCODE_PATH=dense|sparse forces a path (benchmarks and tests compare the two on

@@ -31,7 +31,9 @@
 #       22 s on an H100), each step under its own time limit; ONLY="stream node" reruns steps.
 #
 # GPU steps: build the CUDA extension in place; the CUDA tests (encode's dense and sparse paths
-# against the CPU); the published estimator side by side (benchmarks/bench_peer.py, 640x480
+# against the CPU; test_device_sync.py: the streaming estimator and encode under torch's sync
+# debug mode 'error', so any host synchronisation but the read of each block's flows fails);
+# the published estimator side by side (benchmarks/bench_peer.py, 640x480
 # and 1280x720); the streaming estimator (benchmarks/bench_estimator.py, 640x480 and 1280x720,
 # every event and every 8th); the real node over DDS with device:=cuda (benchmarks/bench_node.py:
 # the evt3 recording at 640x480, the synthetic grating at 1280x720; every event and every 8th).
@@ -165,8 +167,8 @@ else
 fi
 
 step tests
-want tests && timeout 90 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
-  test/test_cuda.py test/test_estimator.py 2>&1 | tee "$OUT/tests.log" | tail -15
+want tests && timeout 150 "$PY" -m pytest -q -p no:cacheprovider --maxfail=20 test/test_encode_ops.py \
+  test/test_cuda.py test/test_estimator.py test/test_device_sync.py 2>&1 | tee "$OUT/tests.log" | tail -15
 
 step peer
 # The published estimator side by side (its sources and weights travel in .device/data).
@@ -182,6 +184,14 @@ DEVICE=cuda; EVENTS=30000000
 want stream && timeout 130 "$PY" benchmarks/bench_estimator.py --device $DEVICE --size 640x480 1280x720 \
   --speed 33 100 --stride 1 8 --block-ms 24 --events $EVENTS --cpu-events $EVENTS \
   --long-context-below-px-s 150 2>&1 | tee "$OUT/stream.txt"
+# Host synchronisations per block, counted by torch's sync debug mode (slower: its own run).
+SYNC_CASES="--size 640x480 --stride 1 8 --long-context-below-px-s 0 150 --events 3000000
+  --cuda-forms sync-free compacting"
+# Rehearsal: one case of the scene's own size (the CPU has no device form to count).
+[ $REHEARSE = 1 ] && SYNC_CASES="--stride 8 --long-context-below-px-s 150 --cpu-events 50000"
+# shellcheck disable=SC2086
+want stream && timeout 60 "$PY" benchmarks/bench_estimator.py --device $DEVICE --speed 33 \
+  --block-ms 24 $SYNC_CASES --count-syncs 2>&1 | tee "$OUT/syncs.txt"
 
 step node
 if [ -n "${ROS_SETUP_PID:-}" ]; then
@@ -213,7 +223,7 @@ step summary
 {
   cat "$OUT/machine.txt"; echo
   grep -E 'passed|failed|error' "$OUT/tests.log" | tail -3; echo
-  cat "$OUT/peer.txt" "$OUT/stream.txt"
+  cat "$OUT/peer.txt" "$OUT/stream.txt" "$OUT/syncs.txt"
   for f in "$OUT"/node_*.txt; do [ -f "$f" ] && { echo "$f"; tail -n 14 "$f"; }; done
 } > "$OUT/summary.txt" 2>&1
 step done

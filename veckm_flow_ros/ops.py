@@ -65,7 +65,9 @@ def encode(t_ns: torch.Tensor, x: torch.Tensor, y: torch.Tensor, target_index: t
     target's pixel (the target included); C_n is their number. Two paths, the same results
     (to float32 rounding): box sums over image rows, whose cost does not depend on r, or, when
     the targets' windows cover little of the image, a sum over each target's window (the
-    kernel picks by a cost model; forced_encode_path overrides it).
+    kernel picks by a cost model; forced_encode_path overrides it). A target_index outside
+    [0, N) raises on the CPU; on CUDA, which does not wait for the device to check it, that
+    target gets count -1 and zero features.
     """
     return torch.ops.veckm_flow.encode.default(
         t_ns, x, y, target_index, int(width), int(height), freq_t, freq_x, freq_y,

@@ -28,8 +28,11 @@
 // With few targets (use_sparse_encode, ../encode.cpp) the per-target path replaces 3-4: Q only
 // for the slots inside some target's window, then one thread per (target event, k) sums its
 // window through the pixel -> slot map (gather_window_channel, shared with the CPU's sparse
-// path) and finishes the feature: no column sums over whole rows, and no host sync for the
-// target pixels and rows.
+// path) and finishes the feature: no column sums over whole rows.
+// No host synchronisation: the numbers of slots, target pixels and target rows stay on the
+// device (kernels launch over host-known bounds and read the true counts there), and a
+// target_index outside [0, N) is not checked on the host but gets count -1 and zero features
+// (the op's error flag on CUDA, read with the results).
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
@@ -76,6 +79,42 @@ __global__ void event_slot_kernel(const int64_t* order, const int32_t* sorted_ke
   event_slot[order[j]] = sorted_key[j] == outside_key ? -1 : run_count[j] - 1;
 }
 
+// Slots, their number left on the device (num_slots = run_count[n - 1]): slot s, the s-th run
+// of equal in-image keys, starts at sorted position slot_start[s] and has the pixel key
+// slot_key[s]; slot_map maps that pixel to s; slot_start[num_slots] is where the out-of-image
+// events begin.
+__global__ void build_slots_kernel(const int32_t* sorted_key, const int64_t* run_count,
+                                   int64_t n, int32_t outside_key, int64_t* slot_start,
+                                   int64_t* slot_key, int32_t* slot_map) {
+  const int64_t j = item_index();
+  if (j >= n) return;
+  const int32_t key = sorted_key[j];
+  if (key == outside_key) return;
+  const int64_t slot = run_count[j] - 1;
+  if (j == 0 || sorted_key[j - 1] != key) {
+    slot_start[slot] = j;
+    slot_key[slot] = key;
+    slot_map[key] = static_cast<int32_t>(slot);
+  }
+  if (j == n - 1 || sorted_key[j + 1] == outside_key) slot_start[slot + 1] = j + 1;
+}
+
+// Slot of each target event (-1: outside the image). A target_index outside [0, n) gets slot
+// -1 and count -1 (with zero features): the error flag that replaces a host-side check.
+__global__ void target_slot_kernel(const int64_t* target_index, int64_t m,
+                                   const int64_t* event_slot, int64_t n, int64_t* target_slot,
+                                   int32_t* count) {
+  const int64_t i = item_index();
+  if (i >= m) return;
+  const int64_t j = target_index[i];
+  if (j < 0 || j >= n) {
+    target_slot[i] = -1;
+    count[i] = -1;
+    return;
+  }
+  target_slot[i] = event_slot[j];
+}
+
 // Marks the slots holding targets and the rows holding those slots (all writers write 1).
 __global__ void mark_targets_kernel(const int64_t* target_slot, int64_t m,
                                     const int64_t* slot_key, int64_t width, uint8_t* slot_flag,
@@ -88,6 +127,16 @@ __global__ void mark_targets_kernel(const int64_t* target_slot, int64_t m,
   row_flag[slot_key[slot] / width] = 1;
 }
 
+// The target pixels (flagged slots) and target rows (flagged rows) in ascending order, by
+// their ranks (inclusive prefix sums of the flags): no host read of how many there are.
+__global__ void compact_flags_kernel(const uint8_t* flag, const int64_t* rank, int64_t size,
+                                     const int64_t* value, int64_t* compact, int64_t* to_index) {
+  const int64_t i = item_index();
+  if (i >= size || flag[i] == 0) return;
+  compact[rank[i] - 1] = value == nullptr ? i : value[i];
+  to_index[i] = rank[i] - 1;
+}
+
 // Index of each target event's pixel among the target pixels (-1: outside the image).
 __global__ void compact_targets_kernel(const int64_t* target_slot, int64_t m,
                                        const int64_t* slot_to_target, int64_t* target_compact) {
@@ -98,15 +147,16 @@ __global__ void compact_targets_kernel(const int64_t* target_slot, int64_t m,
 }
 
 // needed [slots] (nullptr: every slot): only the flagged slots are embedded.
+// slot_capacity: the host's bound on the slots; num_slots (on the device): their number.
 __global__ void embed_slot_kernel(const int64_t* order, const int64_t* slot_start,
-                                  const int64_t* slot_key, int64_t num_slots,
-                                  const uint8_t* needed, const int64_t* t_ns, double inv_tau_ns,
-                                  const float* freq_t, const float* freq_x, const float* freq_y,
-                                  double inv_radius, int64_t width, int64_t d,
-                                  float* slot_embed) {
+                                  const int64_t* slot_key, int64_t slot_capacity,
+                                  const int64_t* num_slots, const uint8_t* needed,
+                                  const int64_t* t_ns, double inv_tau_ns, const float* freq_t,
+                                  const float* freq_x, const float* freq_y, double inv_radius,
+                                  int64_t width, int64_t d, float* slot_embed) {
   int64_t slot, k;
-  if (!item_and_channel(num_slots, d, &slot, &k)) return;
-  if (needed != nullptr && needed[slot] == 0) return;
+  if (!item_and_channel(slot_capacity, d, &slot, &k)) return;
+  if (slot >= *num_slots || (needed != nullptr && needed[slot] == 0)) return;
   const int64_t t_ref_ns = t_ns[0];
   float re = 0.0f, im = 0.0f;
   for (int64_t i = slot_start[slot]; i < slot_start[slot + 1]; ++i) {
@@ -178,12 +228,19 @@ __global__ void gather_targets_kernel(const int64_t* target_index, const int64_t
 // of float32 values in float64 are exact here, so the subtractions leave no drift.
 constexpr int64_t kRowsPerSegment = 32;
 
-__global__ void column_sum_kernel(const int32_t* target_rows, int64_t rows_in_chunk,
+// The chunk holds the target rows [chunk_begin, chunk_begin + rows_bound) (the host's bound)
+// up to the last one (num_target_rows, on the device).
+__global__ void column_sum_kernel(const int64_t* target_rows, int64_t chunk_begin,
+                                  int64_t rows_bound, const int64_t* num_target_rows,
                                   const int32_t* slot_map, const float* slot_embed,
                                   const int64_t* slot_count, int64_t width, int64_t height,
                                   int64_t radius, int64_t d, double* column_sum,
                                   int64_t* column_count) {
   const int64_t channels = 2 * d;
+  const int64_t rows_left = *num_target_rows - chunk_begin;
+  const int64_t rows_in_chunk = rows_left < rows_bound ? rows_left : rows_bound;
+  if (rows_in_chunk <= 0) return;
+  target_rows += chunk_begin;
   const int64_t segments = (rows_in_chunk + kRowsPerSegment - 1) / kRowsPerSegment;
   const int64_t item = item_index();
   if (item >= segments * width * channels) return;
@@ -228,19 +285,22 @@ __global__ void column_sum_kernel(const int32_t* target_rows, int64_t rows_in_ch
 }
 
 // Row sums of the column sums at each target pixel of this chunk, normalised.
-__global__ void box_sum_kernel(const int64_t* target_slot_key, const int32_t* target_row_index,
-                               int64_t num_target_slots, int64_t chunk_begin, int64_t chunk_end,
-                               const double* column_sum, const int64_t* column_count,
-                               const float* freq_x, const float* freq_y, double inv_radius,
-                               int64_t width, int64_t radius, int64_t d, float* pooled,
-                               int32_t* pooled_count) {
+// target_capacity: the host's bound on the target pixels; num_target_slots (on the device):
+// their number. row_to_index: a target row's index among the target rows.
+__global__ void box_sum_kernel(const int64_t* target_slot_key, const int64_t* row_to_index,
+                               int64_t target_capacity, const int64_t* num_target_slots,
+                               int64_t chunk_begin, int64_t chunk_end, const double* column_sum,
+                               const int64_t* column_count, const float* freq_x,
+                               const float* freq_y, double inv_radius, int64_t width,
+                               int64_t radius, int64_t d, float* pooled, int32_t* pooled_count) {
   int64_t target, k;
-  if (!item_and_channel(num_target_slots, d, &target, &k)) return;
-  const int64_t row_index = target_row_index[target];
-  if (row_index < chunk_begin || row_index >= chunk_end) return;
-  const int64_t local_row = row_index - chunk_begin;
+  if (!item_and_channel(target_capacity, d, &target, &k)) return;
+  if (target >= *num_target_slots) return;
   const auto x = static_cast<int32_t>(target_slot_key[target] % width);
   const auto y = static_cast<int32_t>(target_slot_key[target] / width);
+  const int64_t row_index = row_to_index[y];
+  if (row_index < chunk_begin || row_index >= chunk_end) return;
+  const int64_t local_row = row_index - chunk_begin;
   const int64_t low = x - radius < 0 ? 0 : x - radius;
   const int64_t high = x + radius > width - 1 ? width - 1 : x + radius;
   const int64_t channels = 2 * d;
@@ -288,7 +348,8 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   const c10::cuda::CUDAGuard device_guard(t_ns_in.device());
   EncodeCall call = prepare_encode_call(t_ns_in, x_in, y_in, target_index_in, width, height,
                                         freq_t_in, freq_x_in, freq_y_in, tau_s, pixel_radius,
-                                        c10::DeviceType::CUDA, /*zero_outputs=*/true);
+                                        c10::DeviceType::CUDA, /*zero_outputs=*/true,
+                                        /*check_targets_on_host=*/false);
   const int64_t n = call.n, m = call.m, d = call.d, channels = call.channels;
   auto features = call.features, count = call.count;
   if (m == 0) return {features, count};
@@ -299,12 +360,12 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
   const bool sparse = use_sparse_encode(m, width, height, pixel_radius, c10::DeviceType::CUDA);
 
   // 1. Slots: sort events by pixel id (int32 keys: half the radix passes of int64);
-  //    out-of-image events sort last under outside_key. Host syncs in this function: the
-  //    target range check and the nonzero() sizes below (one on the sparse path, three on the
-  //    dense one).
+  //    out-of-image events sort last under outside_key. The number of slots stays on the
+  //    device: arrays are sized by the host's bound slot_capacity.
   const auto long_options = t_ns_in.options().dtype(at::kLong);
   const auto int_options = t_ns_in.options().dtype(at::kInt);
   const auto byte_options = t_ns_in.options().dtype(at::kByte);
+  const int64_t slot_capacity = std::min(n, width * height);
   auto key = at::empty({n}, int_options);
   pixel_key_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in.x, in.y, n, width, height,
                                                            key.data_ptr<int32_t>());
@@ -317,41 +378,47 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
       sorted_key.data_ptr<int32_t>(), n, static_cast<int32_t>(outside_key),
       run_start.data_ptr<uint8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto slot_first = at::nonzero(run_start).squeeze(1).contiguous();  // sorted positions
-  const int64_t num_slots = slot_first.numel();
-  if (num_slots == 0) return {features, count};
   auto run_count = at::cumsum(run_start, 0, at::kLong);
+  const int64_t* num_slots = run_count.data_ptr<int64_t>() + (n - 1);
+  // Slot j holds the sorted events [slot_start[j], slot_start[j + 1]).
+  auto slot_start = at::zeros({slot_capacity + 1}, long_options);
+  auto slot_key = at::zeros({slot_capacity}, long_options);
+  auto slot_map = at::full({height * width}, -1, int_options);
+  build_slots_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      sorted_key.data_ptr<int32_t>(), run_count.data_ptr<int64_t>(), n,
+      static_cast<int32_t>(outside_key), slot_start.data_ptr<int64_t>(),
+      slot_key.data_ptr<int64_t>(), slot_map.data_ptr<int32_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // Past num_slots the differences are meaningless and never read.
+  auto slot_count = (slot_start.narrow(0, 1, slot_capacity) -
+                     slot_start.narrow(0, 0, slot_capacity)).contiguous();
   auto event_slot = at::empty({n}, long_options);
   event_slot_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
       order.data_ptr<int64_t>(), sorted_key.data_ptr<int32_t>(), run_count.data_ptr<int64_t>(),
       n, static_cast<int32_t>(outside_key), event_slot.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto target_slot = event_slot.index_select(0, call.in.target_index).contiguous();
-  auto slot_key = sorted_key.index_select(0, slot_first).to(at::kLong).contiguous();
-  // Slot j holds the sorted events [slot_start[j], slot_start[j + 1]); the last slot ends
-  // where the out-of-image events begin.
-  auto inside_events = (sorted_key < static_cast<int32_t>(outside_key)).sum().to(at::kLong);
-  auto slot_start = at::cat({slot_first, inside_events.reshape({1})}).contiguous();
-  auto slot_count =
-      (slot_start.narrow(0, 1, num_slots) - slot_start.narrow(0, 0, num_slots)).contiguous();
-  auto slot_map = at::full({height * width}, -1, int_options);
-  slot_map.index_put_({slot_key}, at::arange(num_slots, int_options));
+  auto target_slot = at::empty({m}, long_options);
+  target_slot_kernel<<<blocks_for(m), kThreads, 0, stream>>>(
+      in.target_index, m, event_slot.data_ptr<int64_t>(), n, target_slot.data_ptr<int64_t>(),
+      count.data_ptr<int32_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   // 2. Q per slot (sparse: only the slots inside some target's window).
   at::Tensor needed;
   if (sparse) {
-    needed = at::zeros({num_slots}, byte_options);
+    needed = at::zeros({slot_capacity}, byte_options);
     const int64_t side = 2 * pixel_radius + 1;
     mark_window_slots_kernel<<<blocks_for(m * side * side), kThreads, 0, stream>>>(
         target_slot.data_ptr<int64_t>(), m, slot_key.data_ptr<int64_t>(),
         slot_map.data_ptr<int32_t>(), width, height, pixel_radius, needed.data_ptr<uint8_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  auto slot_embed = at::empty({num_slots, channels}, features.options());
-  embed_slot_kernel<<<blocks_for(num_slots * d), kThreads, 0, stream>>>(
+  auto slot_embed = at::empty({slot_capacity, channels}, features.options());
+  embed_slot_kernel<<<blocks_for(slot_capacity * d), kThreads, 0, stream>>>(
       order.data_ptr<int64_t>(), slot_start.data_ptr<int64_t>(), slot_key.data_ptr<int64_t>(),
-      num_slots, sparse ? needed.data_ptr<uint8_t>() : nullptr, in.t_ns, inv_tau_ns,
-      in.freq_t, in.freq_x, in.freq_y, inv_radius, width, d, slot_embed.data_ptr<float>());
+      slot_capacity, num_slots, sparse ? needed.data_ptr<uint8_t>() : nullptr, in.t_ns,
+      inv_tau_ns, in.freq_t, in.freq_x, in.freq_y, inv_radius, width, d,
+      slot_embed.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   if (sparse) {  // 3-4 per target event
@@ -365,51 +432,60 @@ std::tuple<at::Tensor, at::Tensor> encode_cuda(const at::Tensor& t_ns_in, const 
     return {features, count};
   }
 
-  // Target pixels (slots holding targets, ascending) and the rows holding them (ascending).
-  auto slot_flag = at::zeros({num_slots}, byte_options);
+  // Target pixels (slots holding targets, ascending) and the rows holding them (ascending),
+  // compacted by their ranks; their numbers stay on the device, bounded on the host by the
+  // targets, the slots and the rows.
+  auto slot_flag = at::zeros({slot_capacity}, byte_options);
   auto row_flag = at::zeros({height}, byte_options);
   mark_targets_kernel<<<blocks_for(m), kThreads, 0, stream>>>(
       target_slot.data_ptr<int64_t>(), m, slot_key.data_ptr<int64_t>(), width,
       slot_flag.data_ptr<uint8_t>(), row_flag.data_ptr<uint8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto target_slots = at::nonzero(slot_flag).squeeze(1).contiguous();
-  const int64_t num_target_slots = target_slots.numel();
-  if (num_target_slots == 0) return {features, count};
-  auto target_rows_long = at::nonzero(row_flag).squeeze(1).contiguous();
-  const int64_t num_target_rows = target_rows_long.numel();
-  auto slot_to_target = at::full({num_slots}, -1, long_options);
-  slot_to_target.index_put_({target_slots}, at::arange(num_target_slots, long_options));
+  const int64_t target_capacity = std::min(m, slot_capacity);
+  const int64_t rows_bound = std::min(m, height);
+  auto slot_rank = at::cumsum(slot_flag, 0, at::kLong);
+  auto row_rank = at::cumsum(row_flag, 0, at::kLong);
+  const int64_t* num_target_slots = slot_rank.data_ptr<int64_t>() + (slot_capacity - 1);
+  const int64_t* num_target_rows = row_rank.data_ptr<int64_t>() + (height - 1);
+  auto target_slot_key = at::empty({target_capacity}, long_options);
+  auto slot_to_target = at::empty({slot_capacity}, long_options);  // read for target slots only
+  compact_flags_kernel<<<blocks_for(slot_capacity), kThreads, 0, stream>>>(
+      slot_flag.data_ptr<uint8_t>(), slot_rank.data_ptr<int64_t>(), slot_capacity,
+      slot_key.data_ptr<int64_t>(), target_slot_key.data_ptr<int64_t>(),
+      slot_to_target.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto target_rows = at::empty({rows_bound}, long_options);
+  auto row_to_index = at::empty({height}, long_options);  // read for target rows only
+  compact_flags_kernel<<<blocks_for(height), kThreads, 0, stream>>>(
+      row_flag.data_ptr<uint8_t>(), row_rank.data_ptr<int64_t>(), height, nullptr,
+      target_rows.data_ptr<int64_t>(), row_to_index.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto target_compact = at::empty({m}, long_options);
   compact_targets_kernel<<<blocks_for(m), kThreads, 0, stream>>>(
       target_slot.data_ptr<int64_t>(), m, slot_to_target.data_ptr<int64_t>(),
       target_compact.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto target_slot_key = slot_key.index_select(0, target_slots).contiguous();
-  auto row_to_index = at::full({height}, -1, int_options);
-  row_to_index.index_put_({target_rows_long}, at::arange(num_target_rows, int_options));
-  auto target_row_index =
-      row_to_index.index_select(0, at::div(target_slot_key, width, "floor")).contiguous();
-  auto target_rows = target_rows_long.to(at::kInt).contiguous();
 
-  // 3. Box sums, in chunks of target rows.
-  auto pooled = at::empty({num_target_slots, channels}, features.options());
-  auto pooled_count = at::empty({num_target_slots}, count.options());
+  // 3. Box sums, in chunks of target rows (chunks past the last target row return at once).
+  auto pooled = at::empty({target_capacity, channels}, features.options());
+  auto pooled_count = at::empty({target_capacity}, count.options());
   const int64_t row_bytes = width * channels * static_cast<int64_t>(sizeof(double));
   const int64_t rows_per_chunk =
-      std::max<int64_t>(1, std::min<int64_t>(num_target_rows, kColumnSumBytes / row_bytes));
+      std::max<int64_t>(1, std::min<int64_t>(rows_bound, kColumnSumBytes / row_bytes));
   auto column_sum = at::empty({rows_per_chunk, width, channels},
                               t_ns_in.options().dtype(at::kDouble));
   auto column_count = at::empty({rows_per_chunk, width}, long_options);
-  for (int64_t chunk_begin = 0; chunk_begin < num_target_rows; chunk_begin += rows_per_chunk) {
-    const int64_t rows = std::min(rows_per_chunk, num_target_rows - chunk_begin);
+  for (int64_t chunk_begin = 0; chunk_begin < rows_bound; chunk_begin += rows_per_chunk) {
+    const int64_t rows = std::min(rows_per_chunk, rows_bound - chunk_begin);
     const int64_t segments = (rows + kRowsPerSegment - 1) / kRowsPerSegment;
     column_sum_kernel<<<blocks_for(segments * width * channels), kThreads, 0, stream>>>(
-        target_rows.data_ptr<int32_t>() + chunk_begin, rows, slot_map.data_ptr<int32_t>(),
-        slot_embed.data_ptr<float>(), slot_count.data_ptr<int64_t>(), width, height,
-        pixel_radius, d, column_sum.data_ptr<double>(), column_count.data_ptr<int64_t>());
+        target_rows.data_ptr<int64_t>(), chunk_begin, rows, num_target_rows,
+        slot_map.data_ptr<int32_t>(), slot_embed.data_ptr<float>(),
+        slot_count.data_ptr<int64_t>(), width, height, pixel_radius, d,
+        column_sum.data_ptr<double>(), column_count.data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    box_sum_kernel<<<blocks_for(num_target_slots * d), kThreads, 0, stream>>>(
-        target_slot_key.data_ptr<int64_t>(), target_row_index.data_ptr<int32_t>(),
+    box_sum_kernel<<<blocks_for(target_capacity * d), kThreads, 0, stream>>>(
+        target_slot_key.data_ptr<int64_t>(), row_to_index.data_ptr<int64_t>(), target_capacity,
         num_target_slots, chunk_begin, chunk_begin + rows, column_sum.data_ptr<double>(),
         column_count.data_ptr<int64_t>(), in.freq_x, in.freq_y, inv_radius, width,
         pixel_radius, d, pooled.data_ptr<float>(), pooled_count.data_ptr<int32_t>());

@@ -38,8 +38,8 @@ pending blocks need, and past `max_buffered_events` the oldest events are droppe
 The live node, bag replay, `predict`, evaluation and the benchmark all use this class.
 """
 
+import collections
 import copy
-import dataclasses
 import logging
 import math
 import os
@@ -51,7 +51,9 @@ import numpy as np
 import torch
 
 from veckm_flow_ros import ops
+from veckm_flow_ros.core.device_staging import EventUploader, HostReader, read_block_results
 from veckm_flow_ros.core.event_buffer import EventBuffer
+from veckm_flow_ros.core.flow_block import FlowBlock  # noqa: F401 (re-exported)
 from veckm_flow_ros.core.model import load_model, VecKMFlowModel
 from veckm_flow_ros.core.validity import NeighbourCounter, validity_from_neighbours
 from veckm_flow_ros.eventio.events import EventArray
@@ -69,64 +71,6 @@ WARM_UP_EVENTS = 20_000
 LONG_CONTEXT_FACTOR = 2
 # Largest long_context_below_px_s [px/s].
 MAX_LONG_CONTEXT_BELOW_PX_S = 1.0e6
-
-
-@dataclasses.dataclass
-class FlowBlock:
-    """
-    Normal flow of the target events of one block (M flows).
-
-    event_index int64[M]: index of the target in the stream of all events pushed since
-    construction or the last reset (counting from 0); t_ns int64[M]: sensor time;
-    x, y uint16[M]: pixel (x right, y down); u_px_s, v_px_s float32[M]: normal flow in px/s
-    along x and y; confidence float32[M] or None; t_newest_ns: newest sensor time pushed
-    when the block was computed; ready_ns: the end of its context window, the sensor time the
-    stream had to reach before the block could be computed (a caller that pushes several
-    packets at once finds the packet that completed it; None for blocks built by hand);
-    validity float32[M] in [0, 1) (core/validity.py; higher = more moving structure around
-    the event) or None for blocks built by hand; low_validity: flows of the block left out
-    because their validity was below the estimator's min_validity; long_context: flows of the
-    block estimated again with the long context (long_context_below_px_s);
-    long_context_skipped: 1 if the block was computed without that second look although it
-    is on (long_context_active was False: a live caller that was behind), else 0.
-    """
-
-    event_index: np.ndarray
-    t_ns: np.ndarray
-    x: np.ndarray
-    y: np.ndarray
-    u_px_s: np.ndarray
-    v_px_s: np.ndarray
-    t_newest_ns: int
-    confidence: Optional[np.ndarray] = None
-    ready_ns: Optional[int] = None
-    validity: Optional[np.ndarray] = None
-    low_validity: int = 0
-    long_context: int = 0
-    long_context_skipped: int = 0
-
-    def __len__(self):
-        return len(self.event_index)
-
-    @staticmethod
-    def concatenate(blocks: List['FlowBlock']) -> 'FlowBlock':
-        """Join blocks into one (t_newest_ns of the last); an empty list gives an empty block."""
-        if not blocks:
-            return FlowBlock(np.empty(0, np.int64), np.empty(0, np.int64),
-                             np.empty(0, np.uint16), np.empty(0, np.uint16),
-                             np.empty(0, np.float32), np.empty(0, np.float32), 0)
-
-        def join(name):
-            if any(getattr(block, name) is None for block in blocks):
-                return None
-            return np.concatenate([getattr(block, name) for block in blocks])
-        return FlowBlock(join('event_index'), join('t_ns'), join('x'), join('y'),
-                         join('u_px_s'), join('v_px_s'), blocks[-1].t_newest_ns,
-                         confidence=join('confidence'), validity=join('validity'),
-                         low_validity=sum(block.low_validity for block in blocks),
-                         long_context=sum(block.long_context for block in blocks),
-                         long_context_skipped=sum(block.long_context_skipped
-                                                  for block in blocks))
 
 
 def automatic_block_s(tau_s: float, causal: bool = False) -> float:
@@ -186,21 +130,22 @@ def _check_device(device) -> torch.device:
     return device
 
 
-def _to_host(flow, confidence, validity):
+def _check_positions(targets, count: int):
     """
-    Numpy arrays of a block's results: flow [M, 2], confidence [M] or None, validity [M].
+    Raise RuntimeError unless the target positions (sorted array or range) lie in [0, count).
 
-    From a GPU in one copy (one synchronisation per block); on the CPU without a copy.
+    The host holds the positions, so the check costs nothing here; encode on a GPU does not
+    check them against the events (that would wait for the device).
     """
-    if flow.device.type == 'cpu':
-        return (flow.numpy(), None if confidence is None else confidence.numpy(),
-                validity.numpy())
-    columns = [flow.float(), validity.float()[:, None]]
-    if confidence is not None:
-        columns.append(confidence.float()[:, None])
-    packed = torch.cat(columns, dim=1).cpu().numpy()
-    return (packed[:, :2], None if confidence is None else packed[:, 3].copy(),
-            packed[:, 2].copy())
+    if isinstance(targets, tuple):
+        first, last = targets[0], targets[1] - 1
+    elif len(targets):
+        first, last = int(targets[0]), int(targets[-1])
+    else:
+        return
+    if first < 0 or last >= count:
+        raise RuntimeError(f'target positions [{first}, {last}] outside the {count} context '
+                           'events (a bug in the block bookkeeping)')
 
 
 def _constant_step(positions: np.ndarray) -> int:
@@ -239,6 +184,9 @@ class NormalFlowEstimator:
     name (stream/parameters.py). A live caller that falls behind may set the attribute
     long_context_active to False: blocks prepared meanwhile skip the second look (their flows
     are the plain ones; counted in long_context_skipped_blocks), until it is True again.
+    sync_free: the device form of the pipeline (default: on for CUDA, off for the CPU):
+    fixed shapes and host-known sizes, so the host waits for the device once per block, for
+    its finished flows (counted in host_reads); True on the CPU runs that form there (tests).
     """
 
     def __init__(self, model: Union[VecKMFlowModel, str, os.PathLike, None], width: int,
@@ -246,7 +194,7 @@ class NormalFlowEstimator:
                  causal: bool = False, target_stride: int = 1, max_flows_per_block: int = 0,
                  max_buffered_events: int = 4_000_000, confidence: bool = False,
                  rotation_mean: bool = False, min_validity: float = 0.0,
-                 long_context_below_px_s: float = 0.0):
+                 long_context_below_px_s: float = 0.0, sync_free: Optional[bool] = None):
         if not isinstance(model, VecKMFlowModel):
             model = load_model(model)
         self.width = _check_int('width', width, 1, 65536)
@@ -266,6 +214,12 @@ class NormalFlowEstimator:
         self.min_validity = check_min_validity(min_validity)
         self._neighbours = NeighbourCounter(self.width, self.height)
         self.device = _check_device(device)
+        self.sync_free = self.device.type != 'cpu' if sync_free is None else bool(sync_free)
+        # The device form: target positions travel through pinned staging, results through
+        # one packed read per block (core/device_staging.py).
+        self._uploader = EventUploader(self.device) if self.sync_free else None
+        self._reader = HostReader(self.device) if self.device.type != 'cpu' or \
+            self.sync_free else None
         self.model = model.to(self.device)
         if self.device.type == 'cpu':
             # Decide the MLP form now (numeric checks, ~30 ms once), not on the first block.
@@ -311,7 +265,7 @@ class NormalFlowEstimator:
 
     def reset(self):
         """Forget buffered events and pending blocks; stream indices restart at 0."""
-        self._events = EventBuffer(self.device)
+        self._events = EventBuffer(self.device, mirror=self.sync_free or None)
         self._next_index = 0        # stream index of the next pushed event
         self._block_start_ns = None  # start of the next block to compute
         self._newest_ns = None
@@ -344,10 +298,21 @@ class NormalFlowEstimator:
         Consume the iterator completely before the next push (the buffer bound is enforced
         at its end); blocks not yet computed when it is abandoned stay pending.
         """
+        if not self.sync_free:
+            for job in self._push(events, copy=False):
+                block = job()
+                if block is not None:
+                    yield block
+            return
+        # The device form queues the next block's kernels before waiting for a block's
+        # flows, so that the device is not idle while the host builds a block.
+        started = collections.deque()
         for job in self._push(events, copy=False):
-            block = job()
-            if block is not None:
-                yield block
+            started.append(job.start())
+            if len(started) > 1:
+                yield started.popleft()()
+        while started:
+            yield started.popleft()()
 
     def push_jobs(self, events: EventArray) -> Iterator[Callable[[], FlowBlock]]:
         """
@@ -425,6 +390,11 @@ class NormalFlowEstimator:
                                        torch.arange(0, events, 4, device=self.device))
         flow.cpu()  # waits for a CUDA device
         return time.perf_counter() - start
+
+    @property
+    def host_reads(self) -> int:
+        """Count the waits for device results in the sync-free form (one a block), else 0."""
+        return 0 if self._reader is None or not self.sync_free else self._reader.reads
 
     @property
     def buffered_events(self) -> int:
@@ -506,7 +476,7 @@ class NormalFlowEstimator:
         before, after = targets[targets < low], targets[targets >= high]
         positions = np.concatenate([before, np.arange(low, high), after])
         columns = buffer.device_columns(buffer.start, buffer.end)
-        where = torch.from_numpy(positions - buffer.start).to(self.device)
+        where = self._positions_on_device(positions - buffer.start)
         context = tuple(column.index_select(0, where) for column in columns)
         return context, np.searchsorted(positions, targets)
 
@@ -553,16 +523,30 @@ class NormalFlowEstimator:
                  'y': buffer.y[targets].astype(np.uint16),
                  't_newest_ns': int(self._newest_ns), 'ready_ns': int(context_high)}
 
-        def job() -> FlowBlock:
+        def start() -> Callable[[], FlowBlock]:
+            # Queues the block's device work; the returned callable waits for its flows.
             flow, confidence, validity = self._encode_and_predict(context, target_in_context)
             again = 0
             if long_context is not None:
                 flow, confidence, again = self._estimate_slow_again(
                     long_context, long_targets, flow, confidence, validity)
-            flow, confidence, validity = _to_host(flow, confidence, validity)
-            block = self._published_block(flow, confidence, validity, about)
-            block.long_context, block.long_context_skipped = again, skipped
-            return block
+            slow = again if isinstance(again, torch.Tensor) else None
+            results = read_block_results(self._reader, flow, confidence, validity, slow)
+
+            def finish() -> FlowBlock:
+                flow, confidence, validity, looked_again = results()
+                count = again if looked_again is None else looked_again
+                if looked_again:
+                    with self._count_lock:
+                        self.long_context_flows += looked_again
+                block = self._published_block(flow, confidence, validity, about)
+                block.long_context, block.long_context_skipped = count, skipped
+                return block
+            return finish
+
+        def job() -> FlowBlock:
+            return start()()
+        job.start = start
         return job
 
     def _estimate_slow_again(self, long_context, long_targets, flow, confidence, validity):
@@ -570,15 +554,24 @@ class NormalFlowEstimator:
         Replace the kept flows slower than long_context_below_px_s by the long model's.
 
         long_targets: the targets' positions in long_context (numpy, in target order).
-        Returns (flow, confidence) on the device and the number of flows replaced.
+        Returns (flow, confidence) on the device and the number of flows replaced, or, in the
+        sync-free form, the bool mask [M] of the replaced flows (counted with the flows).
         """
         speed = torch.linalg.vector_norm(flow, dim=1)
         slow = (speed < self.long_context_below_px_s) & (validity >= self.min_validity)
+        if self.sync_free:
+            # Which flows are slow is known on the device only: the long model estimates
+            # every target (fixed shapes, no read of how many) and the slow ones are kept.
+            slow_flow, slow_confidence, _ = self._predict(
+                self._long_model, long_context, self._positions_on_device(long_targets))
+            flow = torch.where(slow[:, None], slow_flow.to(flow.dtype), flow)
+            if confidence is not None:
+                confidence = torch.where(slow, slow_confidence.to(confidence.dtype), confidence)
+            return flow, confidence, slow
         which = torch.nonzero(slow).flatten()
         if len(which) == 0:
             return flow, confidence, 0
-        positions = torch.from_numpy(np.ascontiguousarray(long_targets, dtype=np.int64))
-        target_index = positions.to(self.device).index_select(0, which)
+        target_index = self._positions_on_device(long_targets).index_select(0, which)
         slow_flow, slow_confidence, _ = self._predict(self._long_model, long_context,
                                                       target_index)
         flow = flow.index_copy(0, which, slow_flow.to(flow.dtype))
@@ -623,14 +616,20 @@ class NormalFlowEstimator:
         y) tensors on the device; targets: positions within it, an array or a (begin, end,
         step) range.
         """
+        _check_positions(targets, len(context[0]))
         if isinstance(targets, tuple):  # a range: made where it is used
             target_index = torch.arange(*targets, dtype=torch.int64, device=self.device)
         else:
-            target_index = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64))
-            target_index = target_index.to(self.device)
+            target_index = self._positions_on_device(targets)
         flow, confidence, count = self._predict(self.model, context, target_index)
         _, x, y = context
         return flow, confidence, self._validity(x, y, target_index, count)
+
+    def _positions_on_device(self, positions: np.ndarray) -> torch.Tensor:
+        """int64 [M] tensor on the device of host positions (pinned and asynchronous there)."""
+        if self._uploader is not None:
+            return self._uploader.upload_index(positions)
+        return torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
 
     def _predict(self, model, context, target_index: torch.Tensor):
         """Return (flow px/s, confidence or None, context counts) of `model` for the targets."""
