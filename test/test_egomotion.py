@@ -725,6 +725,29 @@ def test_an_unbiased_gyroscope_is_taken_as_it_is():
     assert max(errors['estimator']) < max(errors['trusted']) + 0.3, errors
 
 
+def test_flows_whose_signs_contradict_the_heading_leave_it_undetermined():
+    """With a gyroscope, a heading most derotated flows' signs disagree with is not reported."""
+    v, omega = np.array([0.2, -0.1, 1.0]), np.array([0.05, -0.1, 0.02])
+    x, y, u, w, _ = analytic_window(PINHOLE, v, omega, noise=0.0, outliers=0.0, seed=4)
+    estimator = EgomotionEstimator(PINHOLE)
+    result = estimator.estimate(x, y, u, w, omega_rad_s=omega)
+    assert result.undetermined == '' and angle_deg(result.direction, v) < 1.0, result
+    # A quarter of the flows with the wrong sign (the flow model's failure where events are
+    # sparse): the answer rests on the magnitudes alone, so no heading; omega stays valid.
+    flipped = np.random.default_rng(4).random(len(u)) < 0.25
+    u, w = np.where(flipped, -u, u), np.where(flipped, -w, w)
+    estimator = EgomotionEstimator(PINHOLE)
+    for _ in range(2):  # and the next window does not warm-start from a refused answer
+        result = estimator.estimate(x, y, u, w, omega_rad_s=omega)
+        assert result.undetermined == 'signs_disagree', result
+        assert np.all(np.isnan(result.direction)) and not result.foe_valid
+        assert np.all(np.isfinite(result.omega_rad_s))
+    # max_sign_disagreement 1 switches the check off.
+    result = EgomotionEstimator(PINHOLE, EgomotionConfig(max_sign_disagreement=1.0)).estimate(
+        x, y, u, w, omega_rad_s=omega)
+    assert result.undetermined == '' and np.all(np.isfinite(result.direction))
+
+
 def test_rotation_dominated_windows_are_undetermined_with_a_reason():
     """Panning with a creeping translation: no confident heading, a reason instead."""
     omega = np.array([0.02, 1.0, -0.03])

@@ -66,7 +66,7 @@ import numpy as np
 
 from veckm_flow_ros.core.camera import CameraModel
 from veckm_flow_ros.core.egomotion_checks import (
-    GyroBiasTracker, omega_covariance, translation_ratio)
+    GyroBiasTracker, omega_covariance, sign_disagreement, translation_ratio)
 from veckm_flow_ros.core.egomotion_config import EgomotionConfig, EgomotionEstimate
 from veckm_flow_ros.core.egomotion_gyro import GyroBuffer
 from veckm_flow_ros.core.egomotion_solve import fibonacci_sphere, Solver
@@ -153,6 +153,17 @@ class EgomotionEstimator:
         if result.translation_ratio < config.min_translation_ratio:
             result.undetermined = 'rotation_dominated'
             return result
+        if gyro is not None and config.max_sign_disagreement < 1:
+            # The sign start trusts the derotated flows' signs; where many contradict the
+            # answer, the answer rests on the flow magnitudes alone (a false least-squares
+            # minimum can sit far from the truth): no heading, and no warm start from it.
+            share = sign_disagreement(window.a, window.g, window.m, window.weight, window.slow,
+                                      omega, direction, config.huber_scale,
+                                      config.rotation_error)
+            if share > config.max_sign_disagreement:
+                self._previous = None
+                result.undetermined = 'signs_disagree'
+                return result
         result.undetermined = ''
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:

@@ -115,6 +115,12 @@ class EgomotionConfig:
     #                                 share of the rotational (medians over the flows) ->
     #                                 direction NaN, undetermined 'rotation_dominated'; 0:
     #                                 off, [0, 1]
+    max_sign_disagreement: float = 0.1  # with a gyroscope: the share of the sign vote's
+    #                                 weight whose derotated flow's sign contradicts the
+    #                                 answer's cheirality above this -> direction NaN,
+    #                                 undetermined 'signs_disagree' (flows whose signs do not
+    #                                 support the heading: the flow model's wrong signs and
+    #                                 magnitude errors); 1: off, [0, 1]
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""
@@ -157,6 +163,7 @@ class EgomotionConfig:
         need(0 <= self.gyro_bias_relative_error <= 1, 'gyro_bias_relative_error', 'in [0, 1]')
         need(0 <= self.cell_huber_scale <= 100, 'cell_huber_scale', 'in [0, 100]')
         need(0 <= self.min_translation_ratio <= 1, 'min_translation_ratio', 'in [0, 1]')
+        need(0 <= self.max_sign_disagreement <= 1, 'max_sign_disagreement', 'in [0, 1]')
         return self
 
     @classmethod

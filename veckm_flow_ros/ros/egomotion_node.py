@@ -51,8 +51,9 @@ frame_id = the ~/flow frame_id (the camera optical frame: x right, y down, z for
                             the camera [rad/s]; linear = the UNIT translation direction of the
                             camera (|linear| = 1: monocular flow gives no scale, not m/s), or
                             NaN, NaN, NaN where the window's translation is undetermined
-                            (rotation_dominated, translation_unexplained): angular is then
-                            still valid. `math.isfinite(linear.x)` tells a heading.
+                            (rotation_dominated, translation_unexplained, signs_disagree):
+                            angular is then still valid. `math.isfinite(linear.x)` tells a
+                            heading.
     ~/foe                   geometry_msgs/msg/PointStamped: focus of expansion [px] (x, y in
                             the distorted image); z = 1 valid, z = 0 invalid (translation
                             nearly parallel to the image plane, |direction z| < min_forward,

@@ -25,8 +25,9 @@ The egomotion node's stream, without ROS: flow clouds in, one estimate per time 
 
 publish(estimate, window) receives each window's core.egomotion.EgomotionEstimate on the
 estimator thread, in window order; log(level, message) receives throttled problem reports.
-An estimate whose translation is undetermined (estimate.undetermined 'rotation_dominated' or
-'translation_unexplained': direction, FOE and times to contact NaN) is published too, its
+An estimate whose translation is undetermined (estimate.undetermined 'rotation_dominated',
+'translation_unexplained' or 'signs_disagree': direction, FOE and times to contact NaN) is
+published too, its
 angular velocity being valid, and counted per reason (UNDETERMINED_COUNTERS);
 'too_few_flows' windows and implausible estimates are not published.
 
@@ -92,7 +93,8 @@ REFUSAL_COUNTERS = ('flow_messages_lost', 'flows_with_bad_times', 'flows_with_ba
 UNDETERMINED_COUNTERS = tuple(f'undetermined_{reason}' for reason in REASONS)
 # Undetermined windows that still publish (their angular velocity is valid); the others
 # (too_few_flows: no usable flow) publish nothing.
-PUBLISHED_UNDETERMINED = ('rotation_dominated', 'translation_unexplained')
+PUBLISHED_UNDETERMINED = ('rotation_dominated', 'translation_unexplained',
+                          'signs_disagree')
 
 
 class Counters(PeriodCounters):
