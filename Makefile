@@ -19,7 +19,8 @@ test: setup-jazzy
 	bash scripts/test.sh
 
 # Emulated aarch64 (qemu-user, Debian arm64 Python, PyPI wheels): every CPU test module that needs
-# no ROS, and the ops against this machine's build (scripts/check_aarch64.sh).
+# no ROS, and the ops against this machine's build (scripts/check_aarch64.sh; `make test` runs
+# its --subset).
 test-aarch64: setup
 	bash scripts/check_aarch64.sh
 
