@@ -2,7 +2,8 @@
 # The test suite as CI runs it (after scripts/setup.sh --with-jazzy): pytest over test/ with the
 # Kilted venv's Python (real rclpy + Fast DDS, real bags, the compiled extension, the colcon
 # check), then the tests marked `ros` (rclpy, DDS, message types, Fast DDS profile) again in the
-# Jazzy venv, then the CUDA compile check when nvcc exists. Arguments go to both pytest runs.
+# Jazzy venv, then the CUDA compile check when nvcc exists and the aarch64 subset under emulation.
+# Arguments go to both pytest runs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VECKM_VENV:-$ROOT/.venv}"
@@ -24,4 +25,8 @@ echo "[test] ROS 2 Jazzy ($JAZZY_VENV): the tests marked ros"
   || { status=$?; [ "$status" = 5 ] && [ $# -gt 0 ] || exit "$status"; }
 echo "[test] Jazzy pytest finished in $((SECONDS - start - kilted_s)) s"
 bash scripts/check_cuda_build.sh
+# aarch64 under emulation: both extensions cross-built, a representative subset of the CPU tests
+# and the ops against this build (`make test-aarch64` runs every CPU module); skipped, saying
+# why, only where the registries cannot provide qemu, the cross compiler or the arm64 packages.
+bash scripts/check_aarch64.sh --subset --optional
 echo "[test] all checks passed in $((SECONDS - start)) s"
