@@ -46,8 +46,8 @@ REASONS = {
     'rotation_dominated': 'translational flow below min_translation_ratio of the rotational',
     'translation_unexplained': 'the fit explains less than min_translation_fit of the '
                                'derotated flow',
-    'signs_disagree': 'more than max_sign_disagreement of the derotated flows\' sign weight '
-                      'contradicts the heading',
+    'signs_disagree': 'more than max_sign_disagreement of the sign weight of the derotated '
+                      'flows contradicts the heading',
 }
 
 
