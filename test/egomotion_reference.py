@@ -161,3 +161,42 @@ def minimum(cost, count=4000, side=21):
         best = dirs[np.argmin(cost(dirs))]
         spacing = 4 * spacing / (side - 1)
     return best
+
+
+def _fitted_translation(a, r, w, cell, d):
+    """Per flow: its cell's best non-negative inverse depth times a . d (N,)."""
+    b = a @ d
+    _, index = np.unique(cell, return_inverse=True)
+    s_br = np.bincount(index, w * b * r)
+    s_bb = np.bincount(index, w * b * b)
+    rho = np.maximum(s_br / np.maximum(s_bb, 1e-300), 0.0)
+    return rho[index] * b
+
+
+def translation_ratio(a, g, m, w, cell, d, omega):
+    """Median |fitted translational normal flow| / median |rotational normal flow g . omega|."""
+    h = g @ omega
+    return np.median(np.abs(_fitted_translation(a, m - h, w, cell, d))) / np.median(np.abs(h))
+
+
+def sign_disagreement(a, g, m, weight, slow, d, omega, huber_scale, rotation_error):
+    """
+    Share of the sign vote's weight whose derotated flow r has the sign opposite to a . d.
+
+    Each flow votes with weight x slow x huber(r) x r^2 / (r^2 + (rotation_error g . omega)^2).
+    """
+    h = g @ omega
+    r = m - h
+    vote = weight * slow * huber(r, huber_scale) * r * r / (r * r + (rotation_error * h) ** 2)
+    return vote[np.sign(a @ d) != np.sign(r)].sum() / vote.sum()
+
+
+def accurate(a, g, m, w, cell, d, omega, share):
+    """
+    The accuracy check: median |residual| (cell depths fitted) below share x median |m|, or
+    below half of that on the tenth of the flows with the smallest |a . d|.
+    """
+    residual = np.abs(m - g @ omega - _fitted_translation(a, m - g @ omega, w, cell, d))
+    limit = share * np.median(np.abs(m))
+    flat = np.abs(a @ d) <= np.quantile(np.abs(a @ d), 0.1)
+    return np.median(residual) < limit or np.median(residual[flat]) < 0.5 * limit

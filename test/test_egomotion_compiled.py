@@ -174,6 +174,60 @@ def test_free_solve_finds_the_minimum_of_the_reference_cost():
         assert angle_deg(direction, best) < MINIMUM_DEG[False], (direction, best)
 
 
+@pytest.mark.parametrize('gyro', [True, False], ids=['gyro', 'free'])
+def test_checks_match_the_reference(gyro):
+    """The translation ratio, sign disagreement and accuracy check after a solve."""
+    config = EgomotionConfig(min_flows=10)
+    shares, accurate = [], []
+    for trial, (camera, omega, inputs) in enumerate(noisy_windows(8)):
+        if trial % 4 == 3:  # noise-free flows: the accuracy check passes
+            v, omega = random_motion(np.random.default_rng(trial))
+            inputs = analytic_window(camera, v, omega, count=2000, noise=0.0, outliers=0.0,
+                                     seed=trial)[:4] + (None,)
+        estimator = EgomotionEstimator(camera, config)
+        window = estimator._input.prepare(*inputs)
+        if gyro:
+            direction, _ = estimator._solver.solve_gyro(window, omega, None, False)
+        else:
+            direction, omega, _ = estimator._solver.solve_free(window, None)
+        a, g, m, cell = window_arrays(window)
+        w = window.weight * window.robust
+        for d in (direction, -direction, np.array([0.6, 0.0, 0.8])):
+            ratio, share, passed = estimator._solver.checks(window, d, omega, gyro,
+                                                            accuracy=True)
+            expected = reference.translation_ratio(a, g, m, w, cell, d, omega)
+            assert abs(ratio - expected) <= 1e-12 * expected, (ratio, expected)
+            if gyro:
+                expected = reference.sign_disagreement(
+                    a, g, m, window.weight, window.slow, d, omega, config.huber_scale,
+                    config.rotation_error)
+                assert abs(share - expected) < 1e-12, (share, expected)
+                shares.append(share)
+            else:
+                assert share == 0.0
+            assert passed == reference.accurate(a, g, m, w, cell, d, omega,
+                                                config.rotation_start_residual)
+            accurate.append(passed)
+            assert estimator._solver.checks(window, d, omega, gyro)[2] is False
+    # the cases cover both answers of the accuracy check and a range of shares
+    assert any(accurate) and not all(accurate)
+    assert not gyro or (min(shares) < 0.05 and max(shares) > 0.5)
+
+
+def test_checks_of_undefined_motions():
+    """A non-finite omega or direction: the ratio is inf or NaN, as np.median would give."""
+    config = EgomotionConfig(min_flows=10)
+    camera, omega, inputs = next(noisy_windows(1))
+    estimator = EgomotionEstimator(camera, config)
+    window = estimator._input.prepare(*inputs)
+    direction, _ = estimator._solver.solve_gyro(window, omega, None, False)
+    nan3 = np.full(3, np.nan)
+    assert estimator._solver.checks(window, direction, nan3, True)[0] == math.inf
+    assert math.isnan(estimator._solver.checks(window, nan3, omega, True)[0])
+    assert estimator._solver.checks(window, direction, np.zeros(3), True)[0] == math.inf
+    assert estimator._solver.checks(window, nan3, omega, True, accuracy=True)[2] is False
+
+
 def test_reference_omega_is_the_least_squares_of_all_unknowns():
     """The reference's eliminated omega equals a plain least squares of omega and rho_c."""
     rng = np.random.default_rng(2)
@@ -392,6 +446,39 @@ def test_compiled_free_solve_names_bad_arguments(index, value, message):
     args[index] = value
     with pytest.raises(ValueError) as error:
         _egomotion.solve_free(*args)
+    assert message in str(error.value)
+
+
+def checks_arguments():
+    """Return valid arguments of _egomotion.checks (the window of arguments())."""
+    a_rows, g_rows, m, weight, slow, starts, _, omega, _, _, _, robust, _ = arguments()
+    robust[:] = 1.0
+    return [a_rows, g_rows, m, weight, slow, starts, robust, np.array([0.0, 0.0, 1.0]), omega,
+            (2.0, 0.3, 0.07)]
+
+
+def test_compiled_checks_run_on_valid_arguments():
+    ratio, share, passed = _egomotion.checks(*checks_arguments())
+    assert ratio >= 0 and 0 <= share <= 1 and isinstance(passed, bool)
+
+
+@pytest.mark.parametrize('index, value, message', [
+    (2, np.array([np.nan] + [0.0] * 49), 'checks: m must be finite, got nan at flat index 0'),
+    (4, np.ones(49), 'checks: slow must have shape (50,), got (49,)'),
+    (5, np.array([0, 20, 10], np.int64), 'checks: starts must begin at 0 and increase '
+     'below N = 50, got 10 at index 2'),
+    (6, np.full(50, np.inf), 'checks: robust must be finite, got inf'),
+    (7, np.zeros(2), 'checks: direction must have shape (3,), got (2,)'),
+    (8, np.zeros(3, np.float32), "checks: omega must be float64, got buffer format 'f'"),
+    (9, (0.0, 0.3, 0.07), 'checks: settings out of range'),
+    (9, (2.0, 0.3, np.nan), 'checks: settings out of range'),
+], ids=['nan', 'slow-shape', 'starts', 'robust-inf', 'direction-shape', 'omega-dtype',
+        'huber', 'share-nan'])
+def test_compiled_checks_name_bad_arguments(index, value, message):
+    args = checks_arguments()
+    args[index] = value
+    with pytest.raises(ValueError) as error:
+        _egomotion.checks(*args)
     assert message in str(error.value)
 
 

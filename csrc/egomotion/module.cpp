@@ -13,10 +13,10 @@
 // limitations under the License.
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
-// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp, solve_free.cpp and
-// ttc.cpp, so that the egomotion node keeps not importing torch. Every argument is checked
-// here (dtype, shape, contiguity, finite values, the cell starts and input order) with a
-// ValueError that names it. The calls keep the GIL: each takes about a millisecond or less,
+// arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp, solve_free.cpp,
+// ttc.cpp and checks.cpp, so that the egomotion node keeps not importing torch. Every
+// argument is checked here (dtype, shape, contiguity, finite values, the cell starts and
+// input order) with a ValueError that names it. The calls keep the GIL: each takes about a millisecond or less,
 // while a thread that releases it may wait a whole switch interval (5 ms) to get it back from
 // the node's receive threads.
 
@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "checks.h"
 #include "prepare.h"
 #include "solve_free.h"
 #include "solve_gyro.h"
@@ -165,6 +166,30 @@ bool distinct_positions(const int64_t * order, Py_ssize_t count, const char * fu
   return true;
 }
 
+// starts: the first flow of each cell of a window of count flows sorted by cell (at least
+// one cell, 0 first, increasing, below count).
+bool valid_starts(const Array & starts, Py_ssize_t count, const char * function)
+{
+  const int64_t * cell_start = starts.i64();
+  const Py_ssize_t num_cells = starts.size(0);
+  if (num_cells == 0) {
+    PyErr_Format(PyExc_ValueError, "%s: starts must hold >= 1 cell, got 0", function);
+    return false;
+  }
+  for (Py_ssize_t c = 0; c < num_cells; ++c) {
+    const bool ok = c == 0 ? cell_start[0] == 0 : (cell_start[c] > cell_start[c - 1] &&
+      cell_start[c] < count);
+    if (!ok) {
+      PyErr_Format(
+        PyExc_ValueError, "%s: starts must begin at 0 and increase below N = %zd, got %lld "
+        "at index %zd", function, count, static_cast<long long>(cell_start[c]),  // NOLINT
+        c);
+      return false;
+    }
+  }
+  return true;
+}
+
 // The arrays of one window sorted by depth cell that both solves read, checked: dtype,
 // shape, contiguity, finite values, the cell starts and the input order.
 struct WindowArrays
@@ -209,22 +234,8 @@ struct WindowArrays
       PyErr_Format(PyExc_ValueError, "%s: half_sphere must hold >= 1 direction", function);
       return false;
     }
-    const int64_t * cell_start = starts.i64();
-    const Py_ssize_t num_cells = starts.size(0);
-    if (num_cells == 0) {
-      PyErr_Format(PyExc_ValueError, "%s: starts must hold >= 1 cell, got 0", function);
+    if (!valid_starts(starts, count, function)) {
       return false;
-    }
-    for (Py_ssize_t c = 0; c < num_cells; ++c) {
-      const bool ok = c == 0 ? cell_start[0] == 0 : (cell_start[c] > cell_start[c - 1] &&
-        cell_start[c] < count);
-      if (!ok) {
-        PyErr_Format(
-          PyExc_ValueError, "%s: starts must begin at 0 and increase below N = %zd, got %lld "
-          "at index %zd", function, count, static_cast<long long>(cell_start[c]),  // NOLINT
-          c);
-        return false;
-      }
     }
     return distinct_positions(input_order.i64(), count, function);
   }
@@ -575,11 +586,78 @@ PyObject * time_to_contact(PyObject *, PyObject * args)
   Py_RETURN_NONE;
 }
 
+const char kChecksDoc[] =
+  "checks(a_rows, g_rows, m, weight, slow, starts, robust, direction, omega, settings)\n"
+  "    -> (translation_ratio, sign_disagreement, accurate)\n\n"
+  "What EgomotionEstimator checks after a solve (checks.h): a_rows, g_rows (3, N) float64;\n"
+  "m, weight, robust (N,) float64 (robust: the solve's Huber weights); slow (N,) float64\n"
+  "with a gyroscope, None without (sign_disagreement 0); starts (C,) int64 as for\n"
+  "solve_gyro; direction (3,) and omega (3,) [rad/s] float64 (NaN allowed); settings:\n"
+  "(huber_scale, rotation_error, accuracy_share: the accuracy check's limit as a share of\n"
+  "the median |m| (rotation_start_residual); negative: accurate not computed).";
+
+PyObject * checks(PyObject *, PyObject * args)
+{
+  PyObject * objects[9];
+  double huber_scale = 0.0, rotation_error = 0.0, accuracy_share = 0.0;
+  if (!PyArg_ParseTuple(
+      args, "OOOOOOOOO(ddd):checks", &objects[0], &objects[1], &objects[2], &objects[3],
+      &objects[4], &objects[5], &objects[6], &objects[7], &objects[8], &huber_scale,
+      &rotation_error, &accuracy_share))
+  {
+    return nullptr;
+  }
+  if (!(huber_scale > 0 && std::isfinite(huber_scale) && std::isfinite(rotation_error) &&
+    !std::isnan(accuracy_share)))
+  {
+    PyErr_Format(
+      PyExc_ValueError, "checks: settings out of range (finite huber_scale > 0, finite "
+      "rotation_error, accuracy_share not NaN), got %R", PyTuple_GET_ITEM(args, 9));
+    return nullptr;
+  }
+  const char * function = "checks";
+  Array a_rows, g_rows, m, weight, slow, starts, robust, direction, omega;
+  if (!m.get(objects[2], "m", 'd', 1, kFree, kFree, false, function)) {
+    return nullptr;
+  }
+  const Py_ssize_t count = m.size(0);
+  const bool has_slow = objects[4] != Py_None;
+  if (count < 1) {
+    PyErr_Format(PyExc_ValueError, "checks: m must hold at least 1 flow, got 0");
+    return nullptr;
+  }
+  if (!a_rows.get(objects[0], "a_rows", 'd', 2, 3, count, false, function) ||
+    !g_rows.get(objects[1], "g_rows", 'd', 2, 3, count, false, function) ||
+    !weight.get(objects[3], "weight", 'd', 1, count, kFree, false, function) ||
+    (has_slow && !slow.get(objects[4], "slow", 'd', 1, count, kFree, false, function)) ||
+    !starts.get(objects[5], "starts", 'i', 1, kFree, kFree, false, function) ||
+    !robust.get(objects[6], "robust", 'd', 1, count, kFree, false, function) ||
+    !direction.get(objects[7], "direction", 'd', 1, 3, kFree, false, function) ||
+    !omega.get(objects[8], "omega", 'd', 1, 3, kFree, false, function) ||
+    !finite(a_rows, "a_rows", function) || !finite(g_rows, "g_rows", function) ||
+    !finite(m, "m", function) || !finite(weight, "weight", function) ||
+    (has_slow && !finite(slow, "slow", function)) || !finite(robust, "robust", function) ||
+    !valid_starts(starts, count, function))
+  {
+    return nullptr;
+  }
+  const veckm_egomotion::Window window{
+    a_rows.f64(), g_rows.f64(), m.f64(), weight.f64(), has_slow ? slow.f64() : nullptr,
+    starts.i64(), starts.size(0), nullptr, count};
+  const veckm_egomotion::Checks result = veckm_egomotion::window_checks(
+    window, robust.f64(), direction.f64(), omega.f64(), huber_scale, rotation_error,
+    accuracy_share);
+  return Py_BuildValue(
+    "ddO", result.translation_ratio, result.sign_disagreement,
+    result.accurate ? Py_True : Py_False);
+}
+
 PyMethodDef kMethods[] = {
   {"solve_gyro", solve_gyro, METH_VARARGS, kSolveGyroDoc},
   {"solve_free", solve_free, METH_VARARGS, kSolveFreeDoc},
   {"prepare", prepare, METH_VARARGS, kPrepareDoc},
   {"time_to_contact", time_to_contact, METH_VARARGS, kTimeToContactDoc},
+  {"checks", checks, METH_VARARGS, kChecksDoc},
   {nullptr, nullptr, 0, nullptr},
 };
 

@@ -27,6 +27,7 @@
 #include <limits>
 #include <vector>
 
+#include "checks.h"
 #include "search.h"
 
 namespace veckm_egomotion {
@@ -38,11 +39,6 @@ namespace {
 // start forced on every window: exact magnitudes 2.5 deg median at 0.25, 1.2 at 0.5, 0.9 at
 // 1.0; the flow model's flows 11.0, 11.6 and 13.9 deg).
 constexpr double kRotationStartReach = 0.5;
-// The accuracy check also passes when the flows with the smallest |a . d| (this share of
-// them) leave a median |residual| below kDepthFreeLimit times the limit; the same constants
-// as core/egomotion_solve.py's check (their measurements are given there).
-constexpr double kDepthFreeShare = 0.1;
-constexpr double kDepthFreeLimit = 0.5;
 
 // _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3) and g a^T (9,
 // row-major); g g^T (9), g m (3), m^2 over all flows, and H's constant part h0 (6 distinct
@@ -291,7 +287,7 @@ public:
   : w_(window), grid_{half_sphere, num_half, previous, settings.coarse_step_rad,
       settings.refine_steps},
     flows_{window.a_rows, window.starts, window.num_cells, window.count}, s_(settings),
-    n_(window.count), robust_(n_, 1.0), fit_weight_(n_), r_(n_), residual_(n_), b_(n_),
+    n_(window.count), robust_(n_, 1.0), fit_weight_(n_), r_(n_), residual_(n_),
     factors_(n_, 1.0) {}
 
   void solve(double direction_out[3], double omega_out[3], double * fit_out)
@@ -515,49 +511,12 @@ private:
     return true;
   }
 
-  // The accuracy check (rotation_start_residual): the median |residual| (cell depths fitted) below
-  // limit_, or below kDepthFreeLimit limit_ on the flows of the smallest |a . d|.
+  // The accuracy check (rotation_start_residual; checks.h): the median |residual| (cell
+  // depths fitted) below limit_, or below half of it on the flows of the smallest |a . d|.
   bool accurate(const Vec3 & direction, const Vec3 & omega)
   {
-    const double * g = w_.g_rows;
-    std::vector<double> r(n_);
-    for (int64_t i = 0; i < n_; ++i) {
-      r[i] = w_.m[i] - (g[i] * omega[0] + g[n_ + i] * omega[1] + g[2 * n_ + i] * omega[2]);
-    }
     fit_weights();
-    CellStats sums;
-    known_cell_stats(flows_, r.data(), fit_weight_.data(), sums);
-    cell_residual(flows_, sums.aa.data(), sums.ar.data(), r.data(), direction,
-      residual_.data(), b_.data());
-    std::vector<double> size(n_);
-    for (int64_t i = 0; i < n_; ++i) {
-      size[i] = std::abs(residual_[i]);
-    }
-    if (median(size) < limit_) {
-      return true;
-    }
-    // np.quantile(|b|, share), linear: between the sorted values at floor and floor + 1
-    std::vector<double> flat(n_);
-    for (int64_t i = 0; i < n_; ++i) {
-      flat[i] = std::abs(b_[i]);
-    }
-    const double virtual_index = static_cast<double>(n_ - 1) * kDepthFreeShare;
-    const int64_t below = static_cast<int64_t>(std::floor(virtual_index));
-    const int64_t above = std::min(below + 1, n_ - 1);
-    std::nth_element(flat.begin(), flat.begin() + below, flat.end());
-    const double low = flat[below];
-    const double high = above > below ?
-      *std::min_element(flat.begin() + below + 1, flat.end()) : low;
-    const double gamma = virtual_index - static_cast<double>(below);
-    const double diff = high - low;
-    const double threshold = gamma >= 0.5 ? high - diff * (1.0 - gamma) : low + diff * gamma;
-    std::vector<double> picked;
-    for (int64_t i = 0; i < n_; ++i) {
-      if (std::abs(b_[i]) <= threshold) {
-        picked.push_back(std::abs(residual_[i]));
-      }
-    }
-    return median(picked) < kDepthFreeLimit * limit_;
+    return accurate_fit(w_, fit_weight_.data(), direction.data(), omega.data(), limit_);
   }
 
   // _rotation_only: omega of the least squares m = g . omega, translation ignored
@@ -582,7 +541,7 @@ private:
   double limit_ = 0.0, median_magnitude_ = 0.0;
   FreeStats first_;
   bool have_first_ = false;
-  std::vector<double> robust_, fit_weight_, r_, residual_, b_, scratch_, errors_, factors_;
+  std::vector<double> robust_, fit_weight_, r_, residual_, scratch_, errors_, factors_;
 };
 
 }  // namespace

@@ -54,7 +54,8 @@ each responsibility:
 - egomotion_window: window preparation (the per-pixel map, the compiled input stage);
 - egomotion_solve: the solves with and without a gyroscope and the time to contact, each one
   call of the compiled extension veckm_flow_ros._egomotion (csrc/egomotion/);
-- egomotion_checks: the gyroscope-bias tracker and the undetermined checks;
+- egomotion_checks: the gyroscope-bias tracker (the undetermined checks are compiled:
+  Solver.checks);
 - egomotion_gyro: GyroBuffer, the gyroscope's mean rate over a window (bounded memory).
 
 This module re-exports EgomotionConfig, EgomotionEstimate, GyroBuffer and fibonacci_sphere.
@@ -65,8 +66,7 @@ import math
 import numpy as np
 
 from veckm_flow_ros.core.camera import CameraModel
-from veckm_flow_ros.core.egomotion_checks import (
-    GyroBiasTracker, omega_covariance, sign_disagreement, translation_ratio)
+from veckm_flow_ros.core.egomotion_checks import GyroBiasTracker, omega_covariance
 from veckm_flow_ros.core.egomotion_config import EgomotionConfig, EgomotionEstimate
 from veckm_flow_ros.core.egomotion_gyro import GyroBuffer
 from veckm_flow_ros.core.egomotion_solve import fibonacci_sphere, Solver
@@ -147,23 +147,18 @@ class EgomotionEstimator:
         result.undetermined = 'translation_unexplained'
         if fit < config.min_translation_fit or not _finite(direction):
             return result
-        result.translation_ratio = translation_ratio(
-            window.a, window.g, window.m, window.weight * window.robust, window.starts,
-            window.cell, direction, omega)
-        if result.translation_ratio < config.min_translation_ratio:
+        ratio, share, _ = self._solver.checks(window, direction, omega, gyro is not None)
+        result.translation_ratio = ratio
+        if ratio < config.min_translation_ratio:
             result.undetermined = 'rotation_dominated'
             return result
-        if gyro is not None and config.max_sign_disagreement < 1:
+        if gyro is not None and share > config.max_sign_disagreement:
             # The sign start trusts the derotated flows' signs; where many contradict the
             # answer, the answer rests on the flow magnitudes alone (a false least-squares
             # minimum can sit far from the truth): no heading, and no warm start from it.
-            share = sign_disagreement(window.a, window.g, window.m, window.weight, window.slow,
-                                      omega, direction, config.huber_scale,
-                                      config.rotation_error)
-            if share > config.max_sign_disagreement:
-                self._previous = None
-                result.undetermined = 'signs_disagree'
-                return result
+            self._previous = None
+            result.undetermined = 'signs_disagree'
+            return result
         result.undetermined = ''
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:
@@ -208,7 +203,8 @@ class EgomotionEstimator:
     def _measure_bias(self, window, gyro):
         """One bias measurement from the joint least squares where they fit (GyroBiasTracker)."""
         direction, omega, _ = self._solve_free(window, least_squares=True)
-        if _finite(direction) and self._solver.accurate(window, direction, omega):
+        if _finite(direction) and self._solver.checks(window, direction, omega, False,
+                                                      accuracy=True)[2]:
             covariance = omega_covariance(
                 window.a, window.g, window.m, window.weight * window.robust, window.starts,
                 direction, omega, self.config.gyro_bias_relative_error)

@@ -13,9 +13,7 @@
 # limitations under the License.
 
 """
-What the egomotion estimator checks around its solves.
-
-The gyroscope's bias and whether a window's translation can be told at all.
+The gyroscope's bias, and the reasons a window reports no direction.
 
 GyroBiasTracker: a constant gyroscope bias moves the direction by about bias / (|v| / Z)
 radians (0.5 deg/s at |v| / Z = 0.1 /s: 5 deg). The flows constrain the rotation too: where
@@ -28,11 +26,9 @@ show as noise). The tracker is a Kalman filter for a constant bias: a zero-mean 
 measurement weighed by its inverse covariance, measurements beyond GATE standard deviations
 rejected; its mean is subtracted only where it stands out of its uncertainty.
 
-translation_ratio: the translational normal flow the fit explains (cell depth times a . d per
-flow) over the rotational normal flow g . omega, medians over the window's flows. Where it is
-small the direction rests on a few per cent of the flow, below the flow errors and the
-rotation's (the gyroscope's bias, the flow magnitudes' common scale): the estimate reports no
-direction ('rotation_dominated') rather than a confident wrong heading.
+The checks of whether a window's translation can be told at all (the translation ratio, the
+sign disagreement) are compiled (csrc/egomotion/checks.cpp, Solver.checks): a window pays no
+numpy pass for them.
 
 Reasons an estimate has no direction (EgomotionEstimate.undetermined): see REASONS.
 """
@@ -217,69 +213,3 @@ def omega_covariance(a, g, m, weight, starts, direction, omega, relative_error):
     normal = normal / max(float(np.mean(weight)), 1e-300)
     covariance = variance * np.linalg.pinv(normal)[:3, :3]
     return covariance + np.eye(3) * (relative_error * float(np.linalg.norm(omega))) ** 2
-
-
-def _median(values):
-    """np.median of a 1-D array of finite values (the same value), partitioning it in place."""
-    count = len(values)
-    half = count // 2
-    if count % 2:
-        values.partition(half)
-        return float(values[half])
-    values.partition((half - 1, half))
-    return 0.5 * (float(values[half - 1]) + float(values[half]))
-
-
-def translation_ratio(a, g, m, weight, starts, cell, direction, omega):
-    """
-    Median |fitted translational flow| over median |rotational flow| (float).
-
-    a, g (N, 3), m (N,) normalized normal flow [1/s], weight (N,), starts (C,) the cells'
-    first flows, cell (N,) each flow's cell: the translational flow of a flow is its cell's
-    fitted inverse depth (clipped at 0) times a . d, the rotational flow g . omega.
-    """
-    # (As np.median's NaN would: inf for a non-finite omega, NaN for a non-finite direction.)
-    if not all(math.isfinite(value) for value in omega.tolist()):
-        return float('inf')
-    # (The medians by one partition each and np.take: as np.median and fancy indexing, at
-    # a third of the cost; a window pays this on every estimate.)
-    h = g @ omega
-    rotational = _median(np.abs(h)) if len(h) else 0.0
-    if not rotational > 0:
-        return float('inf')
-    if not all(math.isfinite(value) for value in direction.tolist()):
-        return float('nan')
-    b = a @ direction
-    wb = weight * b
-    residual = np.subtract(m, h, out=h)
-    residual *= wb
-    rho = np.add.reduceat(residual, starts)
-    rho /= np.maximum(np.add.reduceat(wb * b, starts), 1e-300)
-    translational = np.take(np.maximum(rho, 0.0), cell)
-    translational *= b
-    return _median(np.abs(translational, out=translational)) / rotational
-
-
-def sign_disagreement(a, g, m, weight, slow, omega, direction, huber_scale, rotation_error):
-    """
-    Share (float, 0..1) of the sign vote's weight that contradicts the direction's cheirality.
-
-    a, g (N, 3), m (N,) normalized normal flow [1/s]; weight, slow (N,) the fit and slow-flow
-    weights; omega (3,) [rad/s] (the gyroscope's, less its bias estimate); direction (3,)
-    unit. A flow's derotated normal flow r = m - g . omega must have the sign of a . d where
-    the depth is positive; each flow votes with weight x slow x Huber(r) x r^2 / (r^2 +
-    (rotation_error g . omega)^2), as the sign start weighs it. On exact flow the share is
-    0-0.015 on every kind of the motion suite; where the flow model's signs and magnitudes
-    fail (sideways past boxes, a false least-squares minimum) 0.1-0.47.
-    """
-    h = g @ omega
-    r = m - h
-    size = np.abs(r)
-    limit = huber_scale * (1.4826 * float(np.median(size)) + 1e-12)
-    vote = weight * slow * np.minimum(1.0, limit / np.maximum(size, 1e-300))
-    vote *= r * r / (r * r + (rotation_error * h) ** 2 + 1e-300)
-    total = float(vote.sum())
-    if not total > 0:
-        return 0.0
-    contradicts = np.sign(a @ direction) != np.sign(r)
-    return float(vote[contradicts].sum()) / total

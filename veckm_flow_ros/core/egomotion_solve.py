@@ -19,8 +19,8 @@ Solver.solve_gyro: the direction with omega from the gyroscope (csrc/egomotion/s
 sign vote, cell-depth least squares with Huber rounds, the global check). Solver.solve_free:
 direction and omega together (solve_free.cpp: the joint least squares, the accuracy check,
 the rotation start and its ridge). Solver.time_to_contact: the weighted median per region
-(ttc.cpp). Solver.accurate: whether a window's flows fit a motion (the gyroscope-bias
-measurement's check). docs/egomotion.md gives the equations and the reasons of each step;
+(ttc.cpp). Solver.checks: the translation ratio, the sign disagreement and the accuracy
+check (checks.cpp). docs/egomotion.md gives the equations and the reasons of each step;
 the state across windows (previous direction, warm-window count, gyroscope bias) stays with
 the caller, EgomotionEstimator.
 """
@@ -29,16 +29,6 @@ import math
 
 import numpy as np
 
-# The accuracy check also passes when the flows with the smallest |a . d| (this share of them)
-# leave a median |residual| below _DEPTH_FREE_LIMIT times the limit (rotation_start_residual
-# of the median |flow|); the same constants as solve_free.cpp's check. Measured (median
-# |residual| of that tenth / median |flow|): the flow model's held-out windows 0.056-0.54
-# (2 % below 0.068), exact flows of random per-flow depths 0.013-0.027, analytic windows with
-# 5 % noise and outliers up to 0.048.
-_DEPTH_FREE_SHARE = 0.1
-_DEPTH_FREE_LIMIT = 0.5
-
-
 def fibonacci_sphere(count: int) -> np.ndarray:
     """Return (count, 3) nearly evenly spread unit vectors."""
     index = np.arange(count) + 0.5
@@ -46,21 +36,6 @@ def fibonacci_sphere(count: int) -> np.ndarray:
     radius = np.sqrt(np.maximum(0.0, 1.0 - z * z))
     angle = index * math.pi * (3.0 - math.sqrt(5.0))
     return np.stack([radius * np.cos(angle), radius * np.sin(angle), z], axis=1)
-
-
-def _squares(rows):
-    """Return the (K, 6) products x x, y y, z z, x y, x z, y z of the rows (K, 3)."""
-    return rows.take([0, 1, 2, 0, 0, 1], axis=1) * rows.take([0, 1, 2, 1, 2, 2], axis=1)
-
-
-def _median(values):
-    """np.median of a 1-D array of finite values, by one partition."""
-    count = len(values)
-    half = count // 2
-    if count % 2:
-        return float(np.partition(values, half)[half])
-    low, high = np.partition(values, (half - 1, half))[half - 1:half + 1]
-    return 0.5 * (float(low) + float(high))
 
 
 class Solver:
@@ -127,28 +102,22 @@ class Solver:
             (rows, cols, config.min_ttc_flows, config.ttc_neighbour_weight))
         return grid
 
-    def accurate(self, window, direction, omega):
+    def checks(self, window, direction, omega, gyro, accuracy=False):
         """
-        Whether the flows are accurate at (direction, omega).
+        The checks after a solve at (direction (3,), omega (3,) [rad/s]) (checks.cpp).
 
-        The median |residual| (cell depths fitted) below rotation_start_residual of the median
-        |flow|, or half of it on the tenth of the flows with the smallest |a . d| (free of the
-        depth model's misfit).
+        gyro: whether omega came from a gyroscope (then the sign disagreement is computed);
+        accuracy: also the accuracy check (the gyroscope-bias measurement's). Returns
+        (translation_ratio, sign_disagreement, accurate): the median |fitted translational
+        normal flow| over the median |rotational|; the share of the sign vote's weight that
+        contradicts the direction's cheirality (0 without gyro); whether the median |residual|
+        (cell depths fitted) is below rotation_start_residual of the median |flow|, or half
+        of that on the tenth of the flows with the smallest |a . d| (False unless accuracy).
         """
-        limit = self.config.rotation_start_residual * _median(np.abs(window.m))
-        residual, b = self._cell_residual(window, direction, omega)
-        if _median(np.abs(residual)) < limit:
-            return True
-        flat = np.abs(b) <= np.quantile(np.abs(b), _DEPTH_FREE_SHARE)
-        return _median(np.abs(residual[flat])) < _DEPTH_FREE_LIMIT * limit
-
-    @staticmethod
-    def _cell_residual(window, direction, omega):
-        """Per-flow residual (N,) under (direction, omega), cell depths fitted, and a . d (N,)."""
-        r = window.m - window.g @ omega
-        sums = window.cell_sums(np.concatenate([window.aa_rows, window.a_rows * r]),
-                                window.weight * window.robust)
-        s_bb = sums[:, :6] @ _squares(direction[None])[0]
-        rho = np.where(s_bb > 0, (sums[:, 6:9] @ direction) / np.maximum(s_bb, 1e-300), 0.0)
-        b = window.a @ direction
-        return r - np.take(np.maximum(rho, 0.0), window.cell) * b, b
+        config = self.config
+        return self._extension.checks(
+            window.a_rows, window.g_rows, window.m, window.weight,
+            window.slow if gyro else None, window.starts, window.robust,
+            np.ascontiguousarray(direction, np.float64), np.ascontiguousarray(omega, np.float64),
+            (config.huber_scale, config.rotation_error,
+             config.rotation_start_residual if accuracy else -1.0))
