@@ -131,7 +131,7 @@ def test_warm_start_from_the_previous_window_with_periodic_full_searches(warm_st
         return extension.solve_gyro(*args)
     estimator._solver._extension = types.SimpleNamespace(
         solve_gyro=spy, solve_free=extension.solve_free,
-        time_to_contact=extension.time_to_contact)
+        time_to_contact=extension.time_to_contact, checks=extension.checks)
     v = np.array([0.3, -0.1, 1.0])
     omega = np.array([0.1, -0.2, 0.05])
     errors = []
@@ -455,6 +455,30 @@ def test_gyro_buffer_is_bounded_and_drops_old_or_disordered_samples():
     assert buffer.dropped == 2
     buffer.add([newest + 1.0], [[np.nan, 0, 0]])
     assert buffer.dropped == 3
+
+
+def test_gyro_buffer_small_batches_keep_what_large_ones_keep(monkeypatch):
+    """The plain-Python check of small batches keeps exactly the samples numpy's keeps."""
+    from veckm_flow_ros.core import egomotion_gyro
+    small_batch = egomotion_gyro.SMALL_BATCH
+    rng = np.random.default_rng(3)
+    small, large = GyroBuffer(max_age_s=100.0), GyroBuffer(max_age_s=100.0)
+    for batch in range(200):
+        count = int(rng.integers(1, 12))
+        t = np.sort(rng.uniform(0, 0.05, count)) + 0.05 * batch
+        t[rng.random(count) < 0.15] -= 0.3              # out of order
+        t[rng.random(count) < 0.05] = np.nan            # corrupt stamps
+        rates = rng.normal(size=(count, 3))
+        rates[rng.random((count, 3)) < 0.03] = np.inf   # corrupt rates
+        small.add(t, rates)
+        monkeypatch.setattr(egomotion_gyro, 'SMALL_BATCH', 0)  # numpy's check
+        large.add(t, rates)
+        monkeypatch.setattr(egomotion_gyro, 'SMALL_BATCH', small_batch)
+        assert small.dropped == large.dropped
+        for name in ('_t', '_w'):
+            np.testing.assert_array_equal(getattr(small, name)[small._start:small._end],
+                                          getattr(large, name)[large._start:large._end])
+    assert 50 < small.dropped and len(small) > 500
 
 
 def test_gyro_buffer_rejects_bad_settings():

@@ -24,6 +24,10 @@ import math
 
 import numpy as np
 
+# GyroBuffer.add checks batches of at most this many samples in plain Python (an IMU message
+# batch holds 1-10; numpy's calls cost more on so few).
+SMALL_BATCH = 32
+
 
 def _interpolate(times, rates, t_s):
     """
@@ -84,17 +88,17 @@ class GyroBuffer:
 
     def add(self, t_s, omega_rad_s):
         """Add samples: times (G,) [s, IMU clock] and rates (G, 3) [rad/s, IMU frame]."""
-        t = np.atleast_1d(np.asarray(t_s, np.float64))
+        t = np.asarray(t_s, np.float64).reshape(-1)
         w = np.asarray(omega_rad_s, np.float64).reshape(-1, 3)
         if len(t) != len(w):
             raise ValueError(f'gyro times and rates differ in length: {len(t)} vs {len(w)}')
-        ok = np.isfinite(t) & np.all(np.isfinite(w), axis=1)
-        newest = self._t[self._end - 1] if len(self) else -np.inf
-        # Keep only samples in increasing time order after the newest one held.
-        increasing = t > np.maximum.accumulate(np.concatenate([[newest], t[:-1]]))
-        keep = ok & increasing
-        self.dropped += int(len(t) - np.count_nonzero(keep))
-        t, w = t[keep], w[keep]
+        if len(t) <= SMALL_BATCH:
+            keep = self._keep_small(t.tolist(), w.tolist())
+        else:
+            keep = self._keep(t, w)
+        self.dropped += int(len(t) - len(keep))
+        if len(keep) < len(t):
+            t, w = t[keep], w[keep]
         if len(t) > self.max_samples:
             t, w = t[-self.max_samples:], w[-self.max_samples:]
         if self._end + len(t) > len(self._t):
@@ -107,8 +111,36 @@ class GyroBuffer:
         self._end += len(t)
         if len(self):
             limit = self._t[self._end - 1] - self.max_age_s
-            first = self._start + int(np.searchsorted(self._t[self._start:self._end], limit))
-            self._start = max(first, self._end - self.max_samples)
+            if self._t[self._start] < limit:
+                first = self._start + int(np.searchsorted(self._t[self._start:self._end],
+                                                          limit))
+                self._start = max(first, self._end - self.max_samples)
+            else:
+                self._start = max(self._start, self._end - self.max_samples)
+
+    def _newest(self):
+        return float(self._t[self._end - 1]) if len(self) else -math.inf
+
+    def _keep(self, t, w):
+        """
+        Positions (K,) of the samples to keep: finite, and each later than every sample
+        before it (the newest one held included).
+        """
+        ok = np.isfinite(t) & np.all(np.isfinite(w), axis=1)
+        increasing = t > np.maximum.accumulate(np.concatenate([[self._newest()], t[:-1]]))
+        return np.flatnonzero(ok & increasing)
+
+    def _keep_small(self, times, rates):
+        """_keep for a few samples (lists), in plain Python: numpy's calls cost more there."""
+        keep, latest = [], self._newest()
+        for index, (t_s, rate) in enumerate(zip(times, rates)):
+            if (t_s > latest and math.isfinite(t_s) and math.isfinite(rate[0])
+                    and math.isfinite(rate[1]) and math.isfinite(rate[2])):
+                keep.append(index)
+            # (np.maximum.accumulate: a NaN time stays the running maximum)
+            if not math.isnan(latest) and (math.isnan(t_s) or t_s > latest):
+                latest = t_s
+        return keep
 
     def mean(self, t0_s, t1_s):
         """

@@ -332,19 +332,23 @@ class EgomotionStream:
         not finite, a frame_id other than imu_frame_id (or the first one seen), times further
         than GYRO_HISTORY_S from the newest ~/flow stamp, times not after the previous sample.
         """
-        t_s = np.atleast_1d(np.asarray(t_s, np.float64))
+        t_s = np.asarray(t_s, np.float64).reshape(-1)
         omega_rad_s = np.asarray(omega_rad_s, np.float64).reshape(-1, 3)
         keep = self._screen_gyro(t_s, omega_rad_s, frame_ids)
         if keep is not None:
             t_s, omega_rad_s = t_s[keep], omega_rad_s[keep]
         if len(t_s) == 0:
             return
+        # (Python's min and max over a batch of a few samples: numpy's cost more. A stamp
+        # that is not finite never counts as the newest: the buffer drops it.)
+        times = [t for t in t_s.tolist() if math.isfinite(t)]
+        oldest, newest = (min(times), max(times)) if times else (math.inf, None)
         with self._gyro_ready:
-            if self._newest_imu_s is not None and t_s.min() < self._newest_imu_s - 0.1:
+            if self._newest_imu_s is not None and oldest < self._newest_imu_s - 0.1:
                 self._gyro = self._make_gyro()  # IMU time went back (bag loop): start again
                 self.counters.add(imu_resets=1)
                 self._throttled('warning', f'~/imu stamps went back by '
-                                f'{self._newest_imu_s - t_s.min():.3f} s: gyroscope history '
+                                f'{self._newest_imu_s - oldest:.3f} s: gyroscope history '
                                 'restarted')
                 self._newest_imu_s = None
             dropped = self._gyro.dropped
@@ -352,9 +356,9 @@ class EgomotionStream:
             if self._gyro.dropped != dropped:
                 self.refused('imu_samples_out_of_order', self._gyro.dropped - dropped,
                              f'stamps not after the previous sample, e.g. t = {t_s[0]:.6f} s')
-            newest = float(t_s.max())
-            self._newest_imu_s = newest if self._newest_imu_s is None else max(
-                self._newest_imu_s, newest)
+            if newest is not None:
+                self._newest_imu_s = newest if self._newest_imu_s is None else max(
+                    self._newest_imu_s, newest)
             stalled = self._imu_stalled_until_s
             if stalled is not None and self._newest_imu_s >= stalled:
                 self._imu_stalled_until_s = None
