@@ -193,8 +193,10 @@ def sign_disagreement(a, g, m, weight, slow, d, omega, huber_scale, rotation_err
 
 def accurate(a, g, m, w, cell, d, omega, share):
     """
-    The accuracy check: median |residual| (cell depths fitted) below share x median |m|, or
-    below half of that on the tenth of the flows with the smallest |a . d|.
+    Return whether the flows pass the accuracy check at (d, omega).
+
+    The median |residual| (cell depths fitted) below share x median |m|, or below half of
+    that on the tenth of the flows with the smallest |a . d|.
     """
     residual = np.abs(m - g @ omega - _fitted_translation(a, m - g @ omega, w, cell, d))
     limit = share * np.median(np.abs(m))

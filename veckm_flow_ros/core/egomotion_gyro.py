@@ -123,8 +123,9 @@ class GyroBuffer:
 
     def _keep(self, t, w):
         """
-        Positions (K,) of the samples to keep: finite, and each later than every sample
-        before it (the newest one held included).
+        Return the positions (K,) of the samples to keep.
+
+        Finite, and each later than every sample before it (the newest one held included).
         """
         ok = np.isfinite(t) & np.all(np.isfinite(w), axis=1)
         increasing = t > np.maximum.accumulate(np.concatenate([[self._newest()], t[:-1]]))

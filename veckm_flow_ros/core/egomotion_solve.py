@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+
 def fibonacci_sphere(count: int) -> np.ndarray:
     """Return (count, 3) nearly evenly spread unit vectors."""
     index = np.arange(count) + 0.5
@@ -104,7 +105,7 @@ class Solver:
 
     def checks(self, window, direction, omega, gyro, accuracy=False):
         """
-        The checks after a solve at (direction (3,), omega (3,) [rad/s]) (checks.cpp).
+        Check a solve's answer (direction (3,), omega (3,) [rad/s]) (checks.cpp).
 
         gyro: whether omega came from a gyroscope (then the sign disagreement is computed);
         accuracy: also the accuracy check (the gyroscope-bias measurement's). Returns
