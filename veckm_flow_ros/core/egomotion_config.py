@@ -60,7 +60,7 @@ class EgomotionConfig:
     #                                 signs (robust to magnitude errors), not from the coarse
     #                                 least-squares minimum
     sign_flows: int = 1000          # flows (evenly spread) of the sign start's search, >= 10
-    sign_tolerance: float = 0.2     # the least-squares global minimum replaces the sign start
+    sign_tolerance: float = 2.0     # the least-squares global minimum replaces the sign start
     #                                 when its sign disagreement is at most (1 + this) times
     #                                 the sign start's, [0, 10]
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
