@@ -749,6 +749,27 @@ def test_an_unbiased_gyroscope_is_taken_as_it_is():
     assert max(errors['estimator']) < max(errors['trusted']) + 0.3, errors
 
 
+@pytest.mark.parametrize('seed', [29, 36])
+def test_a_sign_start_in_a_wrong_basin_yields_to_the_least_squares(seed):
+    """
+    With a gyroscope, a sideways window with the flow model's kind of errors: biased
+    magnitudes (biased_window) and a quarter of the slower half's signs wrong. The sign vote
+    starts 19-32 deg off (in a basin of its own); the least squares' global minimum, whose
+    sign disagreement is within (1 + sign_tolerance) times the start's, lies near the truth.
+    """
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=3)
+    v[2] *= 0.3
+    v /= np.linalg.norm(v)
+    omega = rng.normal(size=3) * 0.2
+    x, y, u, w = biased_window(PINHOLE, v, omega, seed)
+    speed = np.hypot(u, w)
+    flipped = (speed < np.median(speed)) & (np.random.default_rng(seed + 7).random(len(u)) < 0.25)
+    u, w = np.where(flipped, -u, u), np.where(flipped, -w, w)
+    result = EgomotionEstimator(PINHOLE).estimate(x, y, u, w, omega_rad_s=omega)
+    assert result.undetermined == '' and angle_deg(result.direction, v) < 6.0, result
+
+
 def test_flows_whose_signs_contradict_the_heading_leave_it_undetermined():
     """With a gyroscope, a heading most derotated flows' signs disagree with is not reported."""
     v, omega = np.array([0.2, -0.1, 1.0]), np.array([0.05, -0.1, 0.02])

@@ -60,9 +60,10 @@ class EgomotionConfig:
     #                                 signs (robust to magnitude errors), not from the coarse
     #                                 least-squares minimum
     sign_flows: int = 1000          # flows (evenly spread) of the sign start's search, >= 10
-    sign_tolerance: float = 0.2     # the least-squares global minimum replaces the sign start
+    sign_tolerance: float = 2.0     # the least-squares global minimum replaces the sign start
     #                                 when its sign disagreement is at most (1 + this) times
-    #                                 the sign start's, [0, 10]
+    #                                 the sign start's (the sign cost is flat near the
+    #                                 truth: it picks a basin, the magnitudes decide), [0, 10]
     rotation_error: float = 0.3     # relative error assumed for the rotational flow g . omega:
     #                                 the signs of derotated flows r count r^2 / (r^2 +
     #                                 (this g . omega)^2) in the sign start, [0, 10]
