@@ -37,13 +37,14 @@ import sys
 
 PAUSE_S = 0.027
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, time, statistics
 import numpy as np
 from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator, GyroBuffer
 from veckm_flow_ros.learning import motion_suite
 from veckm_flow_ros.offline import evaluate_motions
-split, count, cache_dir, pause_s = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None, float(sys.argv[4])
+split, count = sys.argv[1], int(sys.argv[2])
+cache_dir, pause_s = sys.argv[3] or None, float(sys.argv[4])
 datas = [evaluate_motions.load_sequence(kind, seed, 0.6, 'normal', cache_dir)
          for kind in motion_suite.MOTION_KINDS for seed in motion_suite.split_seeds(split, count)]
 out = {}
@@ -66,7 +67,7 @@ for mode in ('gyro', 'free'):
             cpu.append(time.thread_time() - start)
     out[mode] = [1e3 * statistics.median(cpu), 1e3 * statistics.mean(cpu), len(cpu)]
 print(json.dumps(out))
-'''
+"""
 
 
 def run_tree(tree, args):

@@ -752,8 +752,10 @@ def test_an_unbiased_gyroscope_is_taken_as_it_is():
 @pytest.mark.parametrize('seed', [29, 36])
 def test_a_sign_start_in_a_wrong_basin_yields_to_the_least_squares(seed):
     """
-    With a gyroscope, a sideways window with the flow model's kind of errors: biased
-    magnitudes (biased_window) and a quarter of the slower half's signs wrong. The sign vote
+    With a gyroscope, a sign start in a wrong basin yields to the least squares.
+
+    A sideways window with the flow model's kind of errors: biased magnitudes
+    (biased_window) and a quarter of the slower half's signs wrong. The sign vote
     starts 19-32 deg off (in a basin of its own); the least squares' global minimum, whose
     sign disagreement is within (1 + sign_tolerance) times the start's, lies near the truth.
     """
