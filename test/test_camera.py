@@ -44,6 +44,18 @@ def test_pixels_round_trip_through_normalized_coordinates(name):
 
 
 @pytest.mark.parametrize('name', sorted(CAMERAS))
+def test_one_point_projects_as_an_array_does(name):
+    """project_point (Python floats, one FOE per window) gives project()'s pixels."""
+    camera = CAMERAS[name]
+    rng = np.random.default_rng(2)
+    for x, y in rng.uniform(-1.5, 1.5, (50, 2)):
+        u, v = camera.project(np.array([x]), np.array([y]))
+        point = camera.project_point(x, y)
+        assert all(isinstance(value, float) for value in point)
+        np.testing.assert_allclose(point, (u[0], v[0]), rtol=1e-14, atol=1e-9)
+
+
+@pytest.mark.parametrize('name', sorted(CAMERAS))
 def test_flow_vectors_follow_the_projection(name):
     # A normalized point moving at (dx, dy) for a short time dt moves its pixel by flow * dt.
     camera = CAMERAS[name]

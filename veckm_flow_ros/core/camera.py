@@ -60,6 +60,15 @@ _NEWTON_STEPS = 20
 _NEWTON_TOLERANCE = 1e-9
 
 
+def _plumb_bob(x, y, d):
+    """Plumb-bob distortion of undistorted normalized (x, y): arrays or Python floats."""
+    k1, k2, t1, t2, k3 = d
+    r2 = x * x + y * y
+    radial = 1 + r2 * (k1 + r2 * (k2 + r2 * k3))
+    return (x * radial + 2 * t1 * x * y + t2 * (r2 + 2 * x * x),
+            y * radial + t1 * (r2 + 2 * y * y) + 2 * t2 * x * y)
+
+
 @dataclass(frozen=True, eq=False)
 class CameraModel:
     """
@@ -219,11 +228,7 @@ class CameraModel:
         if not self.has_distortion:
             return x.copy(), y.copy()
         if self.distortion_model == 'plumb_bob':
-            k1, k2, t1, t2, k3 = self.D
-            r2 = x * x + y * y
-            radial = 1 + r2 * (k1 + r2 * (k2 + r2 * k3))
-            return (x * radial + 2 * t1 * x * y + t2 * (r2 + 2 * x * x),
-                    y * radial + t1 * (r2 + 2 * y * y) + 2 * t2 * x * y)
+            return _plumb_bob(x, y, self.D)
         scale = self._fisheye_scale(np.hypot(x, y))[0]
         return x * scale, y * scale
 
@@ -296,6 +301,22 @@ class CameraModel:
         xd, yd = self.distort(x, y)
         K = self.K
         return K[0, 0] * xd + K[0, 1] * yd + K[0, 2], K[1, 1] * yd + K[1, 2]
+
+    def project_point(self, x: float, y: float):
+        """
+        project() of one point in Python floats: (u, v) [px].
+
+        The egomotion estimator projects one FOE per window: numpy's calls on a single point
+        cost ~0.3 ms in a paced window (cold), this ~0.02 ms. Same arithmetic as project().
+        """
+        if self.distortion_model == 'equidistant' and self.has_distortion:
+            u, v = self.project(x, y)
+            return float(u), float(v)
+        x, y = float(x), float(y)
+        if self.distortion_model == 'plumb_bob':
+            x, y = _plumb_bob(x, y, self.D.tolist())
+        k = self.K.tolist()
+        return k[0][0] * x + k[0][1] * y + k[0][2], k[1][1] * y + k[1][2]
 
     def pixel_to_distorted(self, u, v):
         """Pixels -> distorted normalized coordinates (K^-1 only)."""

@@ -162,9 +162,9 @@ class EgomotionEstimator:
         result.undetermined = ''
         result.direction = direction
         if abs(direction[2]) >= config.min_forward:
-            fx, fy = self.camera.project(direction[0] / direction[2],
-                                         direction[1] / direction[2])
-            result.foe_px = np.array([float(fx), float(fy)])
+            fx, fy = self.camera.project_point(direction[0] / direction[2],
+                                               direction[1] / direction[2])
+            result.foe_px = np.array([fx, fy])
             result.foe_valid = _finite(result.foe_px)
             if direction[2] > 0:
                 result.ttc_grid_s = self._solver.time_to_contact(window, direction, omega)
