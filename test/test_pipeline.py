@@ -298,9 +298,11 @@ def _run_threads(pipeline, packets, timeout_s=30.0):
             pipeline.put(packet)
         deadline = time.monotonic() + timeout_s
         totals = pipeline.stats.totals
-        # Packets dropped by age (max_queue_delay_ms) are never handled.
-        while (totals['handled_packets'] + totals['dropped_packets'] < len(packets)
-               and time.monotonic() < deadline):
+        # Packets dropped by age (max_queue_delay_ms) are never handled. A packet counts as
+        # handled once its blocks are computed or handed to the compute pool: wait for those
+        # in flight too (stop() forgets them; a loaded machine missed the last block so).
+        while ((totals['handled_packets'] + totals['dropped_packets'] < len(packets)
+                or pipeline._in_flight) and time.monotonic() < deadline):
             time.sleep(0.01)
     finally:
         pipeline.stop()
