@@ -51,10 +51,9 @@ class Window:
     """
     The usable flows of one window in normalized form (see the module doc).
 
-    The flows are sorted by depth cell (cell k holds flows starts[k]:starts[k + 1]), so the
-    per-cell sums are one np.add.reduceat; input_order: their increasing positions in the
-    input. Per-flow tables are stored one row per quantity (k, N): products and sums along
-    rows are contiguous.
+    The flows are sorted by depth cell (cell k holds flows starts[k]:starts[k + 1]);
+    input_order: their increasing positions in the input. Per-flow tables are stored one row
+    per quantity (k, N), as the compiled stages read them.
     """
 
     def __init__(self, a_rows, g_rows, m, weight, validity, slow, cell, starts, region,
@@ -70,26 +69,9 @@ class Window:
         self.num_cells = len(starts)
         self.region = region                      # (N,) int64 time-to-contact region index
         self.input_order = input_order            # (N,) int64
-        self._aa_rows = None
 
     def __len__(self):
         return len(self.m)
-
-    @property
-    def aa_rows(self):
-        """(6, N) a a^T (x x, y y, z z, x y, x z, y z), the mixed products twice (cached)."""
-        if self._aa_rows is None:
-            self._aa_rows = np.empty((6, len(self.m)))
-            aa_rows, a_rows = self._aa_rows, self.a_rows
-            np.multiply(a_rows, a_rows, out=aa_rows[:3])
-            np.multiply(a_rows[0], a_rows[1:], out=aa_rows[3:5])
-            np.multiply(a_rows[1], a_rows[2], out=aa_rows[5])
-            aa_rows[3:] *= 2.0
-        return self._aa_rows
-
-    def cell_sums(self, table, weight):
-        """Per-cell sums (C, k) of table (k, N) times weight (N,)."""
-        return np.add.reduceat(table * weight, self.starts, axis=1).T
 
 
 class InputStage:
