@@ -29,6 +29,9 @@ rotation start; max_flows is the node's parameter (flows per window
 given to the estimator). Both processes get the driver's Fast DDS profile (16 MiB
 shared-memory segment: a ~/flow message at 1 M flows/s is ~480 KB).
 
+This process subscribes to ~/twist and /diagnostics; --all-outputs also to ~/foe,
+~/time_to_contact and ~/min_time_to_contact (the node computes and publishes those only
+while something subscribes).
 Each run first publishes until the node has published /diagnostics twice (it has started
 and spins: the messages it received before come in one burst), then measures.
 Columns: flows/s offered; twists/s received here (1 / window_s when the node keeps up);
@@ -106,39 +109,54 @@ def rigid_scene_messages(camera, flows_per_message: int, count: int, seed: int =
 
 
 class Probe:
-    """Publisher of ~/flow and ~/imu, subscriber of ~/twist and /diagnostics (this process)."""
+    """
+    Publisher of ~/flow and ~/imu, subscriber of ~/twist and /diagnostics (this process).
 
-    def __init__(self):
+    names: the nodes' names (one node, or this tree's and the baseline's side by side):
+    every message goes to each of them; twists and diagnostics are kept per name.
+    """
+
+    def __init__(self, names, all_outputs=False):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
-        from geometry_msgs.msg import TwistStamped
+        from geometry_msgs.msg import PointStamped, TwistStamped
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import Imu, PointCloud2
+        from sensor_msgs.msg import Image, Imu, PointCloud2
+        from std_msgs.msg import Float32
         self.node = rclpy.create_node('egomotion_bench_probe')
+        self.names = list(names)
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self.flow_pub = self.node.create_publisher(PointCloud2, f'/{NODE_NAME}/flow', qos)
-        self.imu_pub = self.node.create_publisher(Imu, f'/{NODE_NAME}/imu', qos)
-        self.twists = []  # (receive wall ns, message)
-        self.diagnostics = []
-        self.node.create_subscription(TwistStamped, f'/{NODE_NAME}/twist', self._on_twist, qos)
+        self.flow_pubs = [self.node.create_publisher(PointCloud2, f'/{name}/flow', qos)
+                          for name in self.names]
+        self.imu_pubs = [self.node.create_publisher(Imu, f'/{name}/imu', qos)
+                         for name in self.names]
+        self.reset()
+        for name in self.names:
+            self.node.create_subscription(
+                TwistStamped, f'/{name}/twist',
+                lambda msg, name=name: self.twists[name].append((time.time_ns(), msg)), qos)
+            if all_outputs:  # the node computes and publishes these only while subscribed
+                for msg_type, topic in ((PointStamped, 'foe'), (Image, 'time_to_contact'),
+                                        (Float32, 'min_time_to_contact')):
+                    self.node.create_subscription(msg_type, f'/{name}/{topic}',
+                                                  lambda msg: None, qos)
         self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics, 10)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)
         self.thread.start()
 
-    def _on_twist(self, msg):
-        self.twists.append((time.time_ns(), msg))
-
     def _on_diagnostics(self, msg):
         for status in msg.status:
-            if status.name.startswith(NODE_NAME):
-                self.diagnostics.append((time.monotonic(),
-                                         {kv.key: kv.value for kv in status.values}))
+            name = status.name.split(':')[0]
+            if name in self.diagnostics:
+                self.diagnostics[name].append((time.monotonic(),
+                                               {kv.key: kv.value for kv in status.values}))
 
     def reset(self):
-        self.twists, self.diagnostics = [], []
+        self.twists = {name: [] for name in self.names}  # (receive wall ns, message)
+        self.diagnostics = {name: [] for name in self.names}
 
     def close(self):
         self.executor.shutdown()
@@ -171,13 +189,16 @@ def publish_stream(probe, camera, rate_flows_s, message_s, wall_s, use_imu,
             imu.header.stamp = stamp_from_ns(time.time_ns())
             imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (
                 float(w) for w in OMEGA_RAD_S)
-            probe.imu_pub.publish(imu)
+            for publisher in probe.imu_pubs:
+                publisher.publish(imu)
             next_imu_s += 0.005
         if now_s >= next_s:
             if per_message:
                 x, y, u, v = sets[index % len(sets)]
                 points = make_flow_points(x, y, t_rel, u, v)
-                probe.flow_pub.publish(pointcloud2_cdr(points, time.time_ns(), 'camera'))
+                message = pointcloud2_cdr(points, time.time_ns(), 'camera')
+                for publisher in probe.flow_pubs:
+                    publisher.publish(message)
                 flows += per_message
                 index += 1
             next_s += message_s
@@ -206,46 +227,58 @@ def stop_node(node, timeout_s=10.0):
         node.wait()
 
 
-def wait_for_node(probe, node, timeout_s=30.0):
-    """Wait until the node process subscribes to the probe's ~/flow; raise if it exits."""
+def wait_for_nodes(probe, nodes, timeout_s=30.0):
+    """Wait until every node process subscribes to its ~/flow; raise if one exits."""
     deadline = time.monotonic() + timeout_s
-    while probe.flow_pub.get_subscription_count() == 0:
-        if time.monotonic() > deadline or node.poll() is not None:
-            raise RuntimeError(f'the node did not start: {node.stderr.read()}')
+    while any(publisher.get_subscription_count() == 0 for publisher in probe.flow_pubs):
+        for node in nodes:
+            if time.monotonic() > deadline or node.poll() is not None:
+                raise RuntimeError(f'the node did not start: {node.stderr.read()}')
         time.sleep(0.05)
 
 
 def warm_up(args, probe, camera, rate, config, timeout_s=60.0):
     """
-    Publish as measured until the node has published /diagnostics twice (it spins).
+    Publish as measured until every node has published /diagnostics twice (it spins).
 
     The node subscribes before it spins: the messages of its first second or two reach it
     in one burst (seen: 1.9 s late, ten messages within 2 ms), which closes several windows
     at once and overflows its queue. That is start-up, not the steady state measured here.
-    Return the node's dropped windows (total) so far.
+    Return each node's dropped windows (total) so far.
     """
+    def spinning():
+        return all(len(rows) >= 2 for rows in probe.diagnostics.values())
     published = publish_stream(probe, camera, rate, args.message_ms * 1e-3, timeout_s,
-                               config['use_imu'], until=lambda: len(probe.diagnostics) >= 2,
+                               config['use_imu'], until=spinning,
                                biased=config.get('biased', False))
-    if len(probe.diagnostics) < 2:
-        raise RuntimeError(f'the node published no /diagnostics within {timeout_s:g} s '
+    if not spinning():
+        raise RuntimeError(f'a node published no /diagnostics within {timeout_s:g} s '
                            f'({published} flows sent)')
-    return int(probe.diagnostics[-1][1].get('dropped windows (total)', 0))
+    return {name: int(rows[-1][1].get('dropped windows (total)', 0))
+            for name, rows in probe.diagnostics.items()}
 
 
-def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
-    env = dict(os.environ)
-    for name in FASTDDS_PROFILE_VARIABLES:
-        env[name] = str(PROFILE)
+def start_node(tree, name, camera_yaml, config, window_s):
+    """Start the egomotion node of the source tree `tree` as its own process `name`."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    for variable in FASTDDS_PROFILE_VARIABLES:
+        env[variable] = str(PROFILE)
     command = [sys.executable, '-m', 'veckm_flow_ros.ros.egomotion_node', '--ros-args',
-               '-r', f'__node:={NODE_NAME}', '-p', f'camera_yaml:={camera_yaml}',
+               '-r', f'__node:={name}', '-p', f'camera_yaml:={camera_yaml}',
                '-p', f'use_imu:={str(config["use_imu"]).lower()}',
                '-p', f'max_flows:={config["max_flows"]}', '-p', 'diagnostics_period_s:=1.0',
-               '-p', f'window_s:={args.window_s}']
-    node = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+               '-p', f'window_s:={window_s}']
+    # The tree is the working directory: `python -m` puts it first on sys.path.
+    return subprocess.Popen(command, env=env, cwd=tree, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+
+
+def measure(args, probe, trees, camera_yaml, rate, config_name, config) -> list:
+    """One row per tree: its node measured while all of them receive the same messages."""
+    nodes = [start_node(tree, name, camera_yaml, config, args.window_s)
+             for name, tree in zip(probe.names, trees)]
     try:
-        wait_for_node(probe, node)
+        wait_for_nodes(probe, nodes)
         from veckm_flow_ros.core.camera import CameraModel
         camera = CameraModel.from_yaml(camera_yaml)
         probe.reset()
@@ -254,59 +287,90 @@ def measure(args, probe, camera_yaml, rate, config_name, config) -> dict:
         measured = {}
 
         def mark():
-            measured['cpu_s'], measured['wall_s'] = _proc_cpu_s(node.pid), time.monotonic()
+            measured['cpu_s'] = [_proc_cpu_s(node.pid) for node in nodes]
+            measured['wall_s'] = time.monotonic()
         timer = threading.Timer(WARM_UP_S, mark)
         timer.start()
         flows = publish_stream(probe, camera, rate, args.message_ms * 1e-3,
                                args.wall_s, config['use_imu'],
                                biased=config.get('biased', False))
         timer.join()
-        cpu_s, end_s = _proc_cpu_s(node.pid), time.monotonic()
-        cpu_percent = 100.0 * (cpu_s - measured['cpu_s']) / (end_s - measured['wall_s'])
+        cpu_s, end_s = [_proc_cpu_s(node.pid) for node in nodes], time.monotonic()
         time.sleep(1.2)  # the last windows and a /diagnostics period arrive
-        steady = [row for row in probe.diagnostics if row[0] > measured['wall_s']]
-        twists = [(received, msg) for received, msg in probe.twists]
-        window_s = args.window_s
-        end_to_end_ms = [(received - (msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec)
-                          - window_s / 2 * 1e9) / 1e6 for received, msg in twists]
-        errors = []
-        for _, msg in twists:
-            direction = np.array([msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z])
-            cosine = direction @ VELOCITY / np.linalg.norm(VELOCITY)
-            errors.append(np.degrees(np.arccos(np.clip(cosine, -1.0, 1.0))))
-        totals = probe.diagnostics[-1][1] if probe.diagnostics else {}
-        return {
-            'rate': rate, 'config': config_name, 'offered': flows / args.wall_s,
-            'twists_per_s': len(twists) / args.wall_s,
-            'dropped': int(totals.get('dropped windows (total)', -1)) - dropped_before,
-            'compute_p50': _median(steady, 'window compute p50 [ms]'),
-            'compute_p99': _max(steady, 'window compute p99 [ms]'),
-            'latency_p50': _median(steady, 'window latency p50 [ms]'),
-            'latency_p99': _max(steady, 'window latency p99 [ms]'),
-            'e2e_p50': float(np.percentile(end_to_end_ms, 50)) if twists else float('nan'),
-            'e2e_p99': float(np.percentile(end_to_end_ms, 99)) if twists else float('nan'),
-            'cpu': cpu_percent,
-            'estimator_cpu': _median(steady, 'estimator CPU [% of a core]'),
-            'error_deg': float(np.median(errors)) if errors else float('nan'),
-        }
+        rows = []
+        for index, name in enumerate(probe.names):
+            cpu_percent = (100.0 * (cpu_s[index] - measured['cpu_s'][index])
+                           / (end_s - measured['wall_s']))
+            diagnostics = probe.diagnostics[name]
+            steady = [row for row in diagnostics if row[0] > measured['wall_s']]
+            twists = probe.twists[name]
+            end_to_end_ms = [
+                (received - (msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec)
+                 - args.window_s / 2 * 1e9) / 1e6 for received, msg in twists]
+            errors = []
+            for _, msg in twists:
+                direction = np.array([msg.twist.linear.x, msg.twist.linear.y,
+                                      msg.twist.linear.z])
+                cosine = direction @ VELOCITY / np.linalg.norm(VELOCITY)
+                errors.append(np.degrees(np.arccos(np.clip(cosine, -1.0, 1.0))))
+            totals = diagnostics[-1][1] if diagnostics else {}
+            rows.append({
+                'tree': name, 'rate': rate, 'config': config_name,
+                'offered': flows / args.wall_s, 'twists_per_s': len(twists) / args.wall_s,
+                'dropped': int(totals.get('dropped windows (total)', -1)) - dropped_before[name],
+                'compute_p50': _median(steady, 'window compute p50 [ms]'),
+                'compute_p99': _max(steady, 'window compute p99 [ms]'),
+                'latency_p50': _median(steady, 'window latency p50 [ms]'),
+                'latency_p99': _max(steady, 'window latency p99 [ms]'),
+                'e2e_p50': float(np.percentile(end_to_end_ms, 50)) if twists else float('nan'),
+                'e2e_p99': float(np.percentile(end_to_end_ms, 99)) if twists else float('nan'),
+                'cpu': cpu_percent,
+                'estimator_cpu': _median(steady, 'estimator CPU [% of a core]'),
+                'error_deg': float(np.median(errors)) if errors else float('nan'),
+            })
+        return rows
     finally:
-        stop_node(node)
+        for node in nodes:
+            stop_node(node)
+
+
+def per_100k(row, idle_cpu: dict) -> float:
+    """Node CPU above the idle node's (same tree and configuration) per 100 k flows/s."""
+    if not row['offered']:
+        return float('nan')
+    return (row['cpu'] - idle_cpu.get((row['tree'], row['config']), float('nan'))) \
+        / (row['offered'] / 1e5)
 
 
 def print_table(rows, idle_cpu: dict):
-    print('| flows/s | config | twists/s | dropped windows | compute p50/p99 [ms] | '
+    trees = len({row['tree'] for row in rows}) > 1
+    print(('| node ' if trees else '') +
+          '| flows/s | config | twists/s | dropped windows | compute p50/p99 [ms] | '
           'node latency p50/p99 [ms] | end-to-end p50/p99 [ms] | node CPU [% core] | '
           'of it estimator | CPU - idle per 100 k flows/s | direction error [deg] |')
-    print('|---|---|---|---|---|---|---|---|---|---|---|')
+    print('|---' * (12 if trees else 11) + '|')
     for row in rows:
-        per_100k = ((row['cpu'] - idle_cpu[row['config']]) / (row['offered'] / 1e5)
-                    if row['offered'] else float('nan'))
-        print(f'| {row["offered"]:,.0f} | {row["config"]} | {row["twists_per_s"]:.1f} | '
+        print((f'| {row["tree"]} ' if trees else '') +
+              f'| {row["offered"]:,.0f} | {row["config"]} | {row["twists_per_s"]:.1f} | '
               f'{row["dropped"]} | {row["compute_p50"]:.1f} / {row["compute_p99"]:.1f} | '
               f'{row["latency_p50"]:.1f} / {row["latency_p99"]:.1f} | '
               f'{row["e2e_p50"]:.1f} / {row["e2e_p99"]:.1f} | {row["cpu"]:.1f} | '
               f'{row["estimator_cpu"]:.1f} | '
-              f'{per_100k:.1f} | {row["error_deg"]:.2f} |')
+              f'{per_100k(row, idle_cpu):.1f} | {row["error_deg"]:.2f} |')
+
+
+def print_ratios(rows, idle_cpu: dict, baseline_name: str):
+    """Print this tree's CPU above idle per 100 k flows/s over the baseline's (same run)."""
+    print()
+    print('| flows/s | config | CPU - idle per 100 k flows/s: this / baseline |')
+    print('|---|---|---|')
+    baseline = {(row['rate'], row['config']): row for row in rows
+                if row['tree'] == baseline_name}
+    for row in rows:
+        other = baseline.get((row['rate'], row['config']))
+        if row['tree'] == NODE_NAME and row['rate'] and other is not None:
+            ratio = per_100k(row, idle_cpu) / per_100k(other, idle_cpu)
+            print(f'| {row["offered"]:,.0f} | {row["config"]} | {ratio:.2f} |')
 
 
 def main(argv=None):
@@ -319,15 +383,26 @@ def main(argv=None):
     parser.add_argument('--message-ms', type=float, default=24.0,
                         help='sensor time per ~/flow message [ms]')
     parser.add_argument('--window-s', type=float, default=0.03, help='node window_s [s]')
+    parser.add_argument('--all-outputs', action='store_true',
+                        help='also subscribe to ~/foe, ~/time_to_contact and '
+                             '~/min_time_to_contact (default: ~/twist and /diagnostics)')
+    parser.add_argument('--baseline-tree', type=pathlib.Path, default=None, metavar='DIR',
+                        help='also run the node of this source tree (a checkout with its '
+                             'extensions built in place) side by side, fed the same '
+                             'messages, and print the ratio')
     args = parser.parse_args(argv)
     for name in FASTDDS_PROFILE_VARIABLES:
         os.environ[name] = str(PROFILE)
     import rclpy
     from veckm_flow_ros.core.camera import CameraModel
     rclpy.init()
-    probe = Probe()
+    names, trees = [NODE_NAME], [ROOT]
+    if args.baseline_tree is not None:
+        names.append(f'{NODE_NAME}_baseline')
+        trees.append(args.baseline_tree.resolve())
+    probe = Probe(names, args.all_outputs)
     rows = []
-    idle_cpu = dict.fromkeys(args.configs, float('nan'))
+    idle_cpu = {}
     try:
         with tempfile.TemporaryDirectory() as folder:
             camera_yaml = pathlib.Path(folder) / 'camera.yaml'
@@ -336,15 +411,17 @@ def main(argv=None):
                 for config_name in args.configs:
                     print(f'rate {rate:,.0f} flows/s, {config_name} ...', file=sys.stderr,
                           flush=True)
-                    row = measure(args, probe, camera_yaml, rate, config_name,
-                                  CONFIGS[config_name])
-                    if rate == 0:
-                        idle_cpu[config_name] = row['cpu']
-                    rows.append(row)
+                    for row in measure(args, probe, trees, camera_yaml, rate, config_name,
+                                       CONFIGS[config_name]):
+                        if rate == 0:
+                            idle_cpu[(row['tree'], config_name)] = row['cpu']
+                        rows.append(row)
     finally:
         probe.close()
         rclpy.shutdown()
     print_table(rows, idle_cpu)
+    if len(names) > 1:
+        print_ratios(rows, idle_cpu, names[1])
 
 
 if __name__ == '__main__':

@@ -102,7 +102,7 @@ class Sender:
                 imu.angular_velocity.x, imu.angular_velocity.y, imu.angular_velocity.z = (
                     float(w) for w in bench.OMEGA_RAD_S)
                 for msg in (imu_hook(imu) if imu_hook else [imu]):
-                    self.probe.imu_pub.publish(msg)
+                    self.probe.imu_pubs[0].publish(msg)
                 next_imu_s += 0.005
             if now_s >= next_camera_s:
                 msg = self.camera_info(self.camera)
@@ -113,7 +113,7 @@ class Sender:
                 points = make_flow_points(x, y, t_rel, u, v, validity=np.ones(len(x)))
                 if flow_hook:
                     points = flow_hook(points)
-                self.probe.flow_pub.publish(pointcloud2_cdr(points, time.time_ns(), 'camera'))
+                self.probe.flow_pubs[0].publish(pointcloud2_cdr(points, time.time_ns(), 'camera'))
                 self.index += 1
                 next_flow_s += MESSAGE_S
             time.sleep(max(0.0, min(next_flow_s, next_imu_s, next_camera_s)
@@ -201,14 +201,15 @@ def run_case(sender, probe, name, node_pid):
         k[0] = k[4] = 1e300
         hooks['camera_hook'] = lambda msg: sender.camera_info(sender.camera, k=k)
     start_s = time.monotonic()
-    dropped = int(probe.diagnostics[-1][1].get('dropped windows (total)', 0)) \
-        if probe.diagnostics else 0
+    diagnostics = probe.diagnostics[bench.NODE_NAME]
+    dropped = int(diagnostics[-1][1].get('dropped windows (total)', 0)) if diagnostics else 0
     sender.run(duration_s, **hooks)
     bad_end_s = time.monotonic()
     sender.run(AFTER_S)
     time.sleep(0.2)
     clock_offset_s = time.monotonic() - time.time_ns() * 1e-9  # wall -> monotonic
-    received = [(at_ns * 1e-9 + clock_offset_s, msg) for at_ns, msg in probe.twists]
+    received = [(at_ns * 1e-9 + clock_offset_s, msg)
+                for at_ns, msg in probe.twists[bench.NODE_NAME]]
     twists = [msg for at_s, msg in received if at_s >= start_s]
     arrivals = np.sort([start_s, bad_end_s + AFTER_S]
                        + [at_s for at_s, _ in received if at_s >= start_s])
@@ -219,8 +220,9 @@ def run_case(sender, probe, name, node_pid):
         [m.twist.linear.x, m.twist.linear.y, m.twist.linear.z]) @ bench.VELOCITY
         / np.linalg.norm(bench.VELOCITY), -1, 1))) for m in twists]
     min_ttcs = [value for at_s, value in sender.min_ttcs if at_s >= start_s]
-    dropped_now = int(probe.diagnostics[-1][1].get('dropped windows (total)', 0)) \
-        if probe.diagnostics else 0
+    diagnostics = probe.diagnostics[bench.NODE_NAME]
+    dropped_now = int(diagnostics[-1][1].get('dropped windows (total)', 0)) \
+        if diagnostics else 0
     return {'case': name, 'silent_s': float(np.max(np.diff(arrivals))),
             'silent_after_s': float(np.max(np.diff(np.concatenate([[bad_end_s], after])))),
             'twists': len(twists), 'bad_angular': int(np.sum(np.array(angular) > 5.0)),
@@ -243,7 +245,7 @@ def main(argv=None):
     from veckm_flow_ros.core.camera import CameraModel
     camera = CameraModel.pinhole(bench.WIDTH, bench.HEIGHT, bench.FOCAL_PX)
     rclpy.init()
-    probe = bench.Probe()
+    probe = bench.Probe([bench.NODE_NAME])
     sender = Sender(probe, camera)
     with tempfile.TemporaryDirectory() as folder:
         camera_yaml = pathlib.Path(folder) / 'camera.yaml'
@@ -258,7 +260,7 @@ def main(argv=None):
         node = subprocess.Popen(command, cwd=bench.ROOT, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            bench.wait_for_node(probe, node)
+            bench.wait_for_nodes(probe, [node])
             sender.run(3.0)  # start-up burst and warm-up
             rss_before = rss_mb(node.pid)
             rows = [run_case(sender, probe, name, node.pid) for name in args.cases]

@@ -84,7 +84,7 @@ def main(argv=None):
     import rclpy
     from veckm_flow_ros.core.camera import CameraModel
     rclpy.init()
-    probe = bench.Probe()
+    probe = bench.Probe([bench.NODE_NAME])
     try:
         with tempfile.TemporaryDirectory() as folder:
             camera_yaml = pathlib.Path(folder) / 'camera.yaml'
@@ -100,7 +100,7 @@ def main(argv=None):
             node = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, text=True)
             try:
-                bench.wait_for_node(probe, node)
+                bench.wait_for_nodes(probe, [node])
                 probe.reset()
                 start = {}
 
@@ -113,7 +113,7 @@ def main(argv=None):
                 timer.join()
                 end, span_s = thread_cpu_s(node.pid), time.monotonic() - start['wall_s']
                 names = json.loads(names_file.read_text()) if names_file.exists() else {}
-                twists = len(probe.twists)
+                twists = len(probe.twists[bench.NODE_NAME])
             finally:
                 bench.stop_node(node)
     finally:

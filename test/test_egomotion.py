@@ -245,6 +245,11 @@ def test_foe_and_time_to_contact_of_an_approach():
     assert np.isfinite(grid).mean() > 0.8
     assert np.nanmedian(np.abs(grid - 4.0)) < 0.2, grid
     assert 3.0 < result.min_ttc_s <= np.nanmin(grid) + 1e-6
+    # Not wanted (the node while nobody subscribes): the same heading, no grid.
+    unwanted = EgomotionEstimator(PLUMB_BOB).estimate(x, y, u, w, omega_rad_s=np.zeros(3),
+                                                      time_to_contact=False)
+    assert np.array_equal(unwanted.direction, result.direction) and unwanted.foe_valid
+    assert np.all(np.isnan(unwanted.ttc_grid_s)) and math.isnan(unwanted.min_ttc_s)
 
 
 def test_sideways_motion_has_no_foe_or_time_to_contact():

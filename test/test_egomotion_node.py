@@ -56,6 +56,7 @@ from veckm_flow_ros.ros.messages import stamp_from_ns, stamp_to_ns  # noqa: E402
 NODE = f'/{egomotion_node.NODE_NAME}'
 T0_NS = 1_700_000_000_000_000_000
 MESSAGE_S = 0.01
+OPTIONAL_OUTPUTS = ('~/foe', '~/time_to_contact', '~/min_time_to_contact')
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 
 
@@ -79,12 +80,13 @@ class Harness(NodeHarness):
         self.imu_pub = self.probe.create_publisher(Imu, f'{NODE}/imu', RELIABLE)
         self.twists, self.foes, self.ttc_images, self.min_ttcs, self.diagnostics = (
             [], [], [], [], [])
+        self.output_subscriptions = {}
         for msg_type, name, received in (
                 (TwistStamped, 'twist', self.twists), (PointStamped, 'foe', self.foes),
                 (Image, 'time_to_contact', self.ttc_images),
                 (Float32, 'min_time_to_contact', self.min_ttcs)):
-            self.probe.create_subscription(msg_type, f'{NODE}/{name}', received.append,
-                                           RELIABLE)
+            self.output_subscriptions[f'~/{name}'] = self.probe.create_subscription(
+                msg_type, f'{NODE}/{name}', received.append, RELIABLE)
         self.probe.create_subscription(DiagnosticArray, '/diagnostics', self.diagnostics.append,
                                        egomotion_node.OUTPUT_QOS)
         self.stamp_ns = T0_NS
@@ -94,7 +96,8 @@ class Harness(NodeHarness):
                                 and self.camera_info_pub.get_subscription_count() > 0
                                 and (self.imu_pub.get_subscription_count() > 0
                                      or not self.node.config['use_imu'])
-                                and self.probe.count_publishers(f'{NODE}/twist') > 0)
+                                and self.probe.count_publishers(f'{NODE}/twist') > 0
+                                and all(map(self.node.subscribed, OPTIONAL_OUTPUTS)))
 
     def publish_camera_info(self, msg: CameraInfo):
         """Publish ~/camera_info; spin until the node took it and built its tables."""
@@ -316,6 +319,32 @@ def test_outputs_of_a_forward_motion(harness_factory):
     # Depths 2-6 m at v_z = 1 (unit speed in scene units per s): time to contact 2-6 s.
     assert np.nanmin(grid) > 1.0 and np.nanmax(grid) < 8.0 and np.isfinite(grid).mean() > 0.5
     assert harness.min_ttcs[-1].data == pytest.approx(float(np.nanmin(grid)), rel=1e-6)
+
+
+def test_optional_outputs_follow_their_subscriptions(harness_factory):
+    """~/foe and the time-to-contact topics: published while subscribed, only then."""
+    harness = harness_factory()
+    harness.publish_camera_info(camera_info())
+    velocity, omega = FORWARD
+    harness.publish_flows(velocity, omega, 0.1)
+    assert harness.wait_idle()
+    assert len(harness.twists) == len(harness.foes) == len(harness.min_ttcs) == 3
+    for topic in OPTIONAL_OUTPUTS:
+        harness.probe.destroy_subscription(harness.output_subscriptions.pop(topic))
+    assert harness.spin_until(lambda: not any(map(harness.node.subscribed, OPTIONAL_OUTPUTS)),
+                              10.0)
+    harness.publish_flows(velocity, omega, 0.09)
+    assert harness.wait_idle()
+    assert len(harness.twists) == 6 and len(harness.foes) == len(harness.min_ttcs) == 3
+    # Subscribed again: the next windows publish them again, with a time to contact.
+    harness.probe.create_subscription(Float32, f'{NODE}/min_time_to_contact',
+                                      harness.min_ttcs.append, RELIABLE)
+    assert harness.spin_until(lambda: harness.node.subscribed('~/min_time_to_contact'), 10.0)
+    assert not harness.node.subscribed('~/foe')
+    harness.publish_flows(velocity, omega, 0.09)
+    assert harness.wait_idle() and harness.spin_until(lambda: len(harness.min_ttcs) == 6, 5.0)
+    assert len(harness.twists) == 9 and len(harness.foes) == 3
+    assert all(1.0 < m.data < 8.0 for m in harness.min_ttcs[3:]), harness.min_ttcs
 
 
 def test_sideways_motion_marks_the_focus_of_expansion_invalid(harness_factory):

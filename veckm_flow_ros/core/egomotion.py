@@ -109,14 +109,16 @@ class EgomotionEstimator:
         self._bias.reset()
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
-                 t_s=0.0) -> EgomotionEstimate:
+                 t_s=0.0, time_to_contact=True) -> EgomotionEstimate:
         """
         Estimate the egomotion of one window of normal flows.
 
         x_px, y_px: pixel positions (N,) (float or uint16, distorted image); u_px_s, v_px_s
         (N,) normal flow [px/s]; weight (N,) e.g. validity in 0..1, or None (all 1);
         omega_rad_s (3,) mean angular velocity from a gyroscope in the camera frame, or
-        None (or NaN) to estimate it. Too few usable flows give NaN fields, not an error;
+        None (or NaN) to estimate it; time_to_contact False leaves ttc_grid_s and
+        min_ttc_s NaN (saves their fit where nobody reads them). Too few usable flows give
+        NaN fields, not an error;
         arrays of different lengths raise ValueError.
         """
         config = self.config
@@ -166,7 +168,7 @@ class EgomotionEstimator:
                                                direction[1] / direction[2])
             result.foe_px = np.array([fx, fy])
             result.foe_valid = _finite(result.foe_px)
-            if direction[2] > 0:
+            if direction[2] > 0 and time_to_contact:
                 result.ttc_grid_s = self._solver.time_to_contact(window, direction, omega)
                 times_s = result.ttc_grid_s[~np.isnan(result.ttc_grid_s)]
                 if len(times_s):

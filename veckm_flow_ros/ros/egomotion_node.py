@@ -72,7 +72,9 @@ frame_id = the ~/flow frame_id (the camera optical frame: x right, y down, z for
                             window's heading state, the calibration, counters of undetermined
                             windows per reason and of bad and dropped input.
     Windows without an estimate (too few flows, no calibration, an implausible estimate)
-    publish nothing and are counted.
+    publish nothing and are counted. ~/foe, ~/time_to_contact and ~/min_time_to_contact
+    are published (and the time-to-contact grid computed) only while a subscription is
+    matched to them: a volatile topic delivers nothing to one that is not matched yet.
 
 Parameters: stream/egomotion_parameters.py (EGOMOTION_PARAMETERS: names, types, ranges,
 units, defaults; config/veckm_egomotion.yaml mirrors them); all read-only.
@@ -91,6 +93,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PointStamped, TwistStamped
 import numpy as np
+from rclpy.event_handler import PublisherEventCallbacks, UnsupportedEventTypeError
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, Imu, PointCloud2
 from std_msgs.msg import Float32
@@ -159,8 +162,10 @@ class EgomotionNode(Node):
         self.config = declare_parameters(self, EGOMOTION_PARAMETERS)
         self.config['imu_rotation_xyzw'] = list(self.config['imu_rotation_xyzw'])
         self._throttled = Throttle(self._log)
-        self.stream = EgomotionStream(self.config, publish=self._publish, log=self._log,
-                                      alive=self.context.ok)
+        self.stream = EgomotionStream(
+            self.config, publish=self._publish, log=self._log, alive=self.context.ok,
+            time_to_contact=lambda: (self.subscribed('~/time_to_contact')
+                                     or self.subscribed('~/min_time_to_contact')))
         if self.config['camera_yaml']:
             camera = CameraModel.from_yaml(self.config['camera_yaml'])
             try:
@@ -170,9 +175,12 @@ class EgomotionNode(Node):
         self._cpu_start_s = time.process_time()
 
         self.twist_pub = self.create_publisher(TwistStamped, '~/twist', OUTPUT_QOS)
-        self.foe_pub = self.create_publisher(PointStamped, '~/foe', OUTPUT_QOS)
-        self.ttc_pub = self.create_publisher(Image, '~/time_to_contact', OUTPUT_QOS)
-        self.min_ttc_pub = self.create_publisher(Float32, '~/min_time_to_contact', OUTPUT_QOS)
+        # Subscriptions matched to each optional output, from its matched events (None: the
+        # rmw does not report them, so it is always published). Read by the estimator thread.
+        self._matched = {}
+        self.foe_pub = self._optional_publisher(PointStamped, '~/foe')
+        self.ttc_pub = self._optional_publisher(Image, '~/time_to_contact')
+        self.min_ttc_pub = self._optional_publisher(Float32, '~/min_time_to_contact')
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                      OUTPUT_QOS)
         self.flow_sub = self.create_subscription(
@@ -209,6 +217,23 @@ class EgomotionNode(Node):
             f'window {config["window_s"] * 1e3:g} ms, {config["min_flows"]}..'
             f'{config["max_flows"]} flows per window, angular velocity {omega_source}; '
             f'calibration: {calibration}')
+
+    def _optional_publisher(self, msg_type, topic: str):
+        """Create a publisher of OUTPUT_QOS; its matched events keep self._matched[topic]."""
+        def on_matched(info):
+            self._matched[topic] = info.current_count
+        self._matched[topic] = 0
+        try:
+            return self.create_publisher(msg_type, topic, OUTPUT_QOS, event_callbacks=(
+                PublisherEventCallbacks(matched=on_matched)))
+        except UnsupportedEventTypeError:
+            self._matched[topic] = None
+            return self.create_publisher(msg_type, topic, OUTPUT_QOS)
+
+    def subscribed(self, topic: str) -> bool:
+        """Whether the optional output topic ('~/foe', ...) has a matched subscription."""
+        count = self._matched[topic]
+        return count is None or count > 0
 
     def _log(self, level: str, message: str):
         """Log one line."""
@@ -313,14 +338,18 @@ class EgomotionNode(Node):
         direction = (math.nan,) * 3 if estimate.undetermined else estimate.direction
         self.twist_pub.publish(twist_stamped_cdr(stamp_ns, frame_id, direction,
                                                  estimate.omega_rad_s))
-        foe_x, foe_y = (float(value) for value in estimate.foe_px)
-        if (estimate.foe_valid and not estimate.undetermined and math.isfinite(foe_x)
-                and math.isfinite(foe_y)):
-            self.foe_pub.publish(point_stamped_cdr(stamp_ns, frame_id, foe_x, foe_y, 1.0))
-        else:
-            self.foe_pub.publish(point_stamped_cdr(stamp_ns, frame_id, math.nan, math.nan, 0.0))
-        self.ttc_pub.publish(ttc_image_cdr(estimate.ttc_grid_s, stamp_ns, frame_id))
-        self.min_ttc_pub.publish(float32_cdr(estimate.min_ttc_s))
+        if self.subscribed('~/foe'):
+            foe_x, foe_y = (float(value) for value in estimate.foe_px)
+            if (estimate.foe_valid and not estimate.undetermined and math.isfinite(foe_x)
+                    and math.isfinite(foe_y)):
+                foe = point_stamped_cdr(stamp_ns, frame_id, foe_x, foe_y, 1.0)
+            else:
+                foe = point_stamped_cdr(stamp_ns, frame_id, math.nan, math.nan, 0.0)
+            self.foe_pub.publish(foe)
+        if self.subscribed('~/time_to_contact'):
+            self.ttc_pub.publish(ttc_image_cdr(estimate.ttc_grid_s, stamp_ns, frame_id))
+        if self.subscribed('~/min_time_to_contact'):
+            self.min_ttc_pub.publish(float32_cdr(estimate.min_ttc_s))
 
     # -- diagnostics --------------------------------------------------------------------------
 

@@ -174,14 +174,17 @@ class EgomotionStream:
 
     config: the EGOMOTION_PARAMETERS names (checked with check_egomotion_config); publish,
     log: callbacks; alive: False once the owner shuts down (errors from publish are then
-    expected and not logged).
+    expected and not logged); time_to_contact: whether the windows' time-to-contact grid is
+    wanted now (the node: while its outputs have subscribers).
     """
 
     def __init__(self, config: dict, publish: Callable, log: Callable = lambda *args: None,
-                 alive: Callable[[], bool] = lambda: True):
+                 alive: Callable[[], bool] = lambda: True,
+                 time_to_contact: Callable[[], bool] = lambda: True):
         check_egomotion_config(config)
         self.config = config
         self._publish = publish
+        self._time_to_contact = time_to_contact
         self._log = log
         self._throttled = Throttle(log)
         self.refusals = Refusals(log)
@@ -533,7 +536,8 @@ class EgomotionStream:
             # The flow's own rotation, to tell a gyroscope in the wrong unit, axes or frame.
             estimate = estimator.estimate(window.x, window.y, window.u, window.v,
                                           weight=window.weight,
-                                          t_s=(window.t0_s + window.t1_s) / 2)
+                                          t_s=(window.t0_s + window.t1_s) / 2,
+                                          time_to_contact=False)
             if monitor.record(omega_rad_s, estimate.omega_rad_s):
                 if monitor.trusted:
                     self._log('info', 'the gyroscope agrees with the flow again: using it')
@@ -560,7 +564,8 @@ class EgomotionStream:
         if estimate is None:
             estimate = estimator.estimate(window.x, window.y, window.u, window.v,
                                           weight=window.weight, omega_rad_s=omega_rad_s,
-                                          t_s=(window.t0_s + window.t1_s) / 2)
+                                          t_s=(window.t0_s + window.t1_s) / 2,
+                                          time_to_contact=self._time_to_contact())
         compute_ms = (time.perf_counter() - start_s) * 1e3
         self.counters.add(window_flows_received=window.received_flows,
                           window_flows_used=int(estimate.num_flows))
