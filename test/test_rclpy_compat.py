@@ -147,6 +147,38 @@ def test_entities_in_use_defer_their_destruction(receiver_factory):
         rclpy_compat.take_serialized(subscription, EventPacket)
 
 
+def test_a_poke_ends_the_receive_threads_pause(ros_context):
+    """ros/receiver.py: after a take it pauses for its period; poke() takes what came now."""
+    from veckm_flow_ros.ros.receiver import SerializedReceiver
+    node = rclpy.create_node('receiver_poke_probe', context=ros_context)
+    subscription = node.create_subscription(EventPacket, TOPIC, lambda raw: None, RELIABLE,
+                                            raw=True, callback_group=OwnThreadCallbackGroup())
+    publisher = node.create_publisher(EventPacket, TOPIC, RELIABLE)
+    received = []
+    receiver = SerializedReceiver(node, subscription, EventPacket, received.append, 30.0,
+                                  TOPIC, 'test', name='poke_test')
+    receiver.start()
+
+    def until(predicate, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while not predicate() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return predicate()
+    try:
+        assert until(lambda: publisher.get_subscription_count() > 0, 10.0)
+        publisher.publish(EventPacket(encoding='evt3', seq=1))
+        assert until(lambda: len(received) == 1, 10.0)  # the wait set took it at once
+        publisher.publish(EventPacket(encoding='evt3', seq=2))
+        assert not until(lambda: len(received) == 2, 0.5)  # now in its 30 s pause
+        receiver.poke()
+        assert until(lambda: len(received) == 2, 5.0)
+        assert deserialize_message(received[1], EventPacket).seq == 2
+    finally:
+        receiver.stop()
+        receiver.destroy()
+        node.destroy_node()
+
+
 ROS_FACING = re.compile(r'\b(rclpy|event_camera_msgs|sensor_msgs|std_msgs|diagnostic_msgs|'
                         r'FASTDDS_|FASTRTPS_|veckm_flow_ros\.ros\b|veckm_flow_node)')
 # Modules that name ROS but touch none of it: launch argument tables (plain data; ROS launch

@@ -37,8 +37,9 @@ Subscriptions
                     camera optical frame with imu_rotation_xyzw and shifted in time by
                     imu_time_offset_s (parameters: tf2 has no wheel for the PyPI ROS that
                     this package is tested on). Taken as raw CDR by a receive thread, all
-                    waiting messages every IMU_RECEIVE_PERIOD_S (an IMU at 200-1000 Hz
-                    through the executor cost more than the flow). Without samples covering a
+                    waiting messages every IMU_RECEIVE_PERIOD_S and whenever a window waits
+                    for them (an IMU at 200-1000 Hz through the executor cost more than the
+                    flow). Without samples covering a
                     window the angular velocity is estimated from the flow. Samples beyond
                     imu_max_rate_rad_s, of another frame_id than imu_frame_id or stamped
                     seconds away from the flow are refused and counted; a gyroscope that
@@ -122,9 +123,11 @@ CAMERA_INFO_QOS = qos(1, reliable=False)
 # IMUs publish at 100-1000 Hz, often in bursts: room for 0.2-2 s of samples.
 IMU_QOS = qos(200, reliable=False)
 OUTPUT_QOS = qos(10)
-# The IMU receive thread (ros/receiver.py) takes what arrived at most once per period (at
-# 1 kHz: ~10 messages per wake-up).
-IMU_RECEIVE_PERIOD_S = 0.01
+# The IMU receive thread (ros/receiver.py) takes what arrived once per period (at 1 kHz: 40
+# messages of the 200 that IMU_QOS keeps), and at once when a window waits for samples (the
+# estimator pokes it). 10 ms without the poke: 1.8x the CPU of the idle node at a 200 Hz IMU
+# for the same latency (benchmarks/RESULTS.md). Below IMU_SILENT_S.
+IMU_RECEIVE_PERIOD_S = 0.04
 # The ~/flow receive thread: at most one wake-up per period (the flow node publishes every
 # 12-32 ms; a message after a quiet period is taken at once).
 FLOW_RECEIVE_PERIOD_S = 0.005
@@ -165,7 +168,9 @@ class EgomotionNode(Node):
         self.stream = EgomotionStream(
             self.config, publish=self._publish, log=self._log, alive=self.context.ok,
             time_to_contact=lambda: (self.subscribed('~/time_to_contact')
-                                     or self.subscribed('~/min_time_to_contact')))
+                                     or self.subscribed('~/min_time_to_contact')),
+            request_gyro=self._poke_imu_receiver)
+        self._imu_receiver = None  # the ~/imu receive thread (use_imu)
         if self.config['camera_yaml']:
             camera = CameraModel.from_yaml(self.config['camera_yaml'])
             try:
@@ -192,7 +197,6 @@ class EgomotionNode(Node):
         self._flow_sequence = {}  # publisher gid -> its last publication sequence number
         self.camera_info_sub = self.create_subscription(CameraInfo, '~/camera_info',
                                                         self._on_camera_info, CAMERA_INFO_QOS)
-        self._imu_receiver = None
         self._imu_batch = []
         self.imu_sub = None
         if self.config['use_imu']:
@@ -229,6 +233,11 @@ class EgomotionNode(Node):
         except UnsupportedEventTypeError:
             self._matched[topic] = None
             return self.create_publisher(msg_type, topic, OUTPUT_QOS)
+
+    def _poke_imu_receiver(self):
+        receiver = self._imu_receiver
+        if receiver is not None:
+            receiver.poke()
 
     def subscribed(self, topic: str) -> bool:
         """Whether the optional output topic ('~/foe', ...) has a matched subscription."""

@@ -19,7 +19,7 @@ Both nodes read their high-rate input this way (veckm_flow_node: ~/events,
 veckm_egomotion_node: ~/imu): the executor would cost ~200 us of Python per message
 (docs/threading.md). The thread wakes at most once per period and takes every message that
 arrived meanwhile (fewer wake-ups and GIL hand-offs at high rates, at most one period of added
-latency); it waits on the subscription only when none had come, and at least once a second
+latency, or none where a consumer pokes it: poke() ends the pause); it waits on the subscription only when none had come, and at least once a second
 runs the subscription's QoS event callbacks (incompatible QoS or type warnings) that the
 executor would otherwise run. The private rclpy
 calls it needs are the functions of rclpy_compat.
@@ -56,15 +56,21 @@ class SerializedReceiver:
         self._on_message, self._on_wake_end = on_message, on_wake_end
         self._period_s, self._topic, self._consequence = period_s, topic, consequence
         self._stop = threading.Event()
+        self._poked = threading.Event()  # ends a pause early (poke, stop)
         self._wake = GuardCondition(None, None, context=node.context)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self):
         self._thread.start()
 
+    def poke(self):
+        """End the thread's pause: it takes what has arrived now (any thread, cheap)."""
+        self._poked.set()
+
     def stop(self, timeout_s: float = 5.0):
         """Stop the thread and wait for it (idempotent)."""
         self._stop.set()
+        self._poked.set()
         try:
             self._wake.trigger()
         except Exception:  # noqa: B902 - context already shut down: the thread sees it anyway
@@ -117,7 +123,9 @@ class SerializedReceiver:
                     self._on_wake_end()
                 pause_s = self._period_s - (time.monotonic() - woke_s)
                 if pause_s > 0:
-                    self._stop.wait(pause_s)
+                    self._poked.wait(pause_s)
+                # Cleared before the next take: a poke from now on ends the next pause.
+                self._poked.clear()
         except Exception as error:  # noqa: B902 - say why input stopped, unless shutting down
             if not self._stop.is_set() and context.ok():
                 self._node.get_logger().error(f'receiving {self._topic} failed, '

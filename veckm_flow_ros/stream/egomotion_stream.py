@@ -77,6 +77,8 @@ LATENCY_SAMPLES = 2000
 GYRO_HISTORY_S = 2.0
 # ~/imu silent for longer than this [s] is not waited for (an IMU delivers every 1-10 ms).
 IMU_SILENT_S = 0.1
+# While a window waits for ~/imu samples, it asks for them this often [s] (request_gyro).
+GYRO_REQUEST_PERIOD_S = 0.002
 # A message with more than this share of its flows outside the calibration's image: the
 # calibration is of another camera (size); its windows are skipped.
 MISMATCH_SHARE = 0.1
@@ -175,16 +177,20 @@ class EgomotionStream:
     config: the EGOMOTION_PARAMETERS names (checked with check_egomotion_config); publish,
     log: callbacks; alive: False once the owner shuts down (errors from publish are then
     expected and not logged); time_to_contact: whether the windows' time-to-contact grid is
-    wanted now (the node: while its outputs have subscribers).
+    wanted now (the node: while its outputs have subscribers); request_gyro: called before a
+    window waits for gyroscope samples (the node: its ~/imu receive thread takes what has
+    arrived at once instead of at the end of its pause).
     """
 
     def __init__(self, config: dict, publish: Callable, log: Callable = lambda *args: None,
                  alive: Callable[[], bool] = lambda: True,
-                 time_to_contact: Callable[[], bool] = lambda: True):
+                 time_to_contact: Callable[[], bool] = lambda: True,
+                 request_gyro: Callable[[], None] = lambda: None):
         check_egomotion_config(config)
         self.config = config
         self._publish = publish
         self._time_to_contact = time_to_contact
+        self._request_gyro = request_gyro
         self._log = log
         self._throttled = Throttle(log)
         self.refusals = Refusals(log)
@@ -608,6 +614,22 @@ class EgomotionStream:
             return False
         return True
 
+    def _wait_for_gyro(self, covered: Callable[[], bool], wait_s: float) -> bool:
+        """
+        Wait (holding self._gyro_ready) up to wait_s for covered(); return it.
+
+        Asks for samples (request_gyro) every GYRO_REQUEST_PERIOD_S meanwhile: the receive
+        thread may have taken the earlier samples just before the one the window needs came.
+        """
+        deadline_s = time.monotonic() + wait_s
+        while not covered():
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                return False
+            self._request_gyro()
+            self._gyro_ready.wait(min(remaining_s, GYRO_REQUEST_PERIOD_S))
+        return True
+
     def _gyro_mean(self, window: FlowWindow):
         """
         Return (mean gyroscope rate over the window (camera frame) or None, why not).
@@ -630,7 +652,7 @@ class EgomotionStream:
             lag_s = window.t1_s - (self._newest_imu_s + offset_s)
             if (0 < lag_s <= wait_s and silent_s < IMU_SILENT_S
                     and self._imu_stalled_until_s is None):
-                if not self._gyro_ready.wait_for(covered, timeout=wait_s):
+                if not self._wait_for_gyro(covered, wait_s):
                     self._imu_stalled_until_s = window.t1_s - offset_s
                 lag_s = window.t1_s - (self._newest_imu_s + offset_s)
             mean = self._gyro.mean(window.t0_s, window.t1_s)
