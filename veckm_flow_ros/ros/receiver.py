@@ -17,12 +17,12 @@ A thread of its own that takes serialized messages of one subscription (raw CDR)
 
 Both nodes read their high-rate input this way (veckm_flow_node: ~/events,
 veckm_egomotion_node: ~/imu): the executor would cost ~200 us of Python per message
-(docs/threading.md). The thread wakes at most once per period and takes every message that
-arrived meanwhile (fewer wake-ups and GIL hand-offs at high rates, at most one period of added
-latency, or none where a consumer pokes it: poke() ends the pause); it waits on the subscription only when none had come, and at least once a second
-runs the subscription's QoS event callbacks (incompatible QoS or type warnings) that the
-executor would otherwise run. The private rclpy
-calls it needs are the functions of rclpy_compat.
+(docs/threading.md). The thread wakes once per period and takes every message that arrived
+meanwhile (fewer wake-ups and GIL hand-offs at high rates, at most one period of added
+latency, or none where a consumer pokes it: poke() ends the pause); it waits on the
+subscription only when none had come, and at least once a second runs the subscription's QoS
+event callbacks (incompatible QoS or type warnings) that the executor would otherwise run.
+The private rclpy calls it needs are the functions of rclpy_compat.
 """
 
 import threading
