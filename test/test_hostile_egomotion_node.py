@@ -114,6 +114,9 @@ def test_a_gyroscope_in_deg_s_is_not_used_and_warned(harness_factory, capfd):  #
     for twist in harness.twists[1:]:  # the first window's check already disagrees
         angular = twist.twist.angular
         assert np.linalg.norm([angular.x, angular.y, angular.z]) < 1.0  # the flow's
+    # The flow's estimate is published whole: with its time to contact (depths 2-6 m at 1 m/s).
+    assert len(harness.min_ttcs) == 9
+    assert all(1.0 < min_ttc.data < 8.0 for min_ttc in harness.min_ttcs[1:]), harness.min_ttcs
     assert harness.spin_until(lambda: any(
         status.level == DiagnosticStatus.WARN and (
             status.message.startswith('gyroscope not used: the gyroscope')

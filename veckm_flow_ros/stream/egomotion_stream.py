@@ -543,7 +543,7 @@ class EgomotionStream:
             estimate = estimator.estimate(window.x, window.y, window.u, window.v,
                                           weight=window.weight,
                                           t_s=(window.t0_s + window.t1_s) / 2,
-                                          time_to_contact=False)
+                                          time_to_contact=self._time_to_contact())
             if monitor.record(omega_rad_s, estimate.omega_rad_s):
                 if monitor.trusted:
                     self._log('info', 'the gyroscope agrees with the flow again: using it')
