@@ -16,7 +16,12 @@
 veckm_egomotion_node over real DDS at a given flow rate: windows, latency, CPU.
 
     .venv/bin/python benchmarks/bench_egomotion_node.py [--rates 0 100000 1000000] [--wall-s 6]
+                                                        [--baseline-tree DIR] [--all-outputs]
 
+--baseline-tree DIR: DIR's node (another checkout, extensions built in place) runs beside
+this tree's at the same time, fed the same messages, one row each, and a table of the
+ratios (this / baseline) follows: both see the same load, which runs one after the other do
+not (this machine drifts by 2-3 points of a core between runs).
 For every (rate, configuration) it starts the node as its own process (the console script's
 main(), a 346x260 calibration from camera_yaml) and publishes here, paced in real time,
 ~/flow messages of --message-ms (24 ms: the flow node's automatic block with the default
