@@ -382,6 +382,34 @@ def test_estimator_waits_briefly_for_late_imu_samples():
     assert stream.counters.totals['windows_without_gyro'] == 1
 
 
+def test_a_waiting_window_asks_for_gyroscope_samples_until_they_come():
+    """request_gyro is called again while the window waits (the node pokes its IMU thread)."""
+    recorder, requests = Recorder(), []
+    config = default_egomotion_config(imu_max_wait_s=0.5, max_queued_windows=10)
+    velocity, omega = np.array([0.3, -0.1, 1.0]), np.array([0.2, -0.3, 0.1])
+
+    def deliver_on_the_third_request():
+        # The receive thread found nothing the first two times (the samples were late).
+        requests.append(time.monotonic())
+        if len(requests) == 3:
+            stream.add_gyro(window.t0_s + 0.005 * np.arange(7), np.tile(omega, (7, 1)))
+    stream = EgomotionStream(config, recorder.publish, recorder.log,
+                             request_gyro=deliver_on_the_third_request)
+    stream.set_camera(CAMERA)
+    for stamp_ns, columns in _window_messages(CAMERA, velocity, omega, windows=4):
+        stream.add_flow(stamp_ns, columns)
+    window = stream._queue.popleft()
+    stream.add_gyro(window.t0_s - 0.2 + 0.005 * np.arange(40), np.tile(omega, (40, 1)))
+    start_s = time.monotonic()
+    stream.compute(window)
+    assert recorder.estimates[-1][0].omega_from_gyro
+    assert len(requests) == 3 and time.monotonic() - start_s < 0.4, requests
+    # Covered: no request.
+    stream.add_gyro(window.t1_s + 0.005 * np.arange(20), np.tile(omega, (20, 1)))
+    stream.compute(stream._queue.popleft())
+    assert len(requests) == 3 and recorder.estimates[-1][0].omega_from_gyro
+
+
 def test_corrupt_flow_times_are_dropped_not_waited_for():
     windows = FlowWindows(window_s=0.03, max_flows=1000)
     messages = list(_stream_messages(100_000, 0.1))
