@@ -378,6 +378,36 @@ def test_node_process_stops_cleanly(ros_context, stop_signal, phase):
         assert problem not in stderr, stderr
 
 
+STOP_AS_THE_NODE_STARTED = '\n'.join([
+    'import sys',
+    'import rclpy',
+    'from rclpy.node import Node',
+    'from veckm_flow_ros.ros.spin import run_node',
+    '',
+    'def make_node():',
+    "    node = Node('stop_as_started_probe')",
+    "    rclpy.get_default_context().try_shutdown()  # what rclpy's handler does on a stop signal",
+    '    return node',
+    '',
+    "sys.exit(run_node(make_node, 'stop_as_started', args=[]))",
+])
+
+
+def test_a_stop_as_the_node_finishes_starting_is_a_clean_exit():
+    """
+    ros/spin.py: a stop signal just after the node is built (seen once in CI, on Jazzy).
+
+    An executor built on the context the signal had shut down failed half-way, and rclpy's
+    Executor.__del__ printed a traceback at exit.
+    """
+    env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
+    result = subprocess.run([sys.executable, '-c', STOP_AS_THE_NODE_STARTED], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert 'Traceback' not in result.stderr and 'Exception ignored' not in result.stderr, \
+        result.stderr
+
+
 # ------------------------------------------------------------------------------------------
 # On the graph
 

@@ -71,8 +71,11 @@ def run_node(make_node, executable: str, args=None) -> int:
         return 1
     node = None
     try:
-        node = make_node()
+        # The executor before the node: a stop signal while the node starts (the model loads)
+        # shuts the context down, and an executor built after that fails half-way (rclpy
+        # Jazzy then prints a traceback from its __del__ at exit).
         executor = SingleThreadedExecutor()
+        node = make_node()
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
