@@ -152,7 +152,8 @@ def test_gyro_solve_finds_the_minimum_of_the_reference_cost(sign_start):
 
 def test_free_solve_finds_the_minimum_of_the_reference_cost():
     """Omega estimated (least squares): the direction of least cost, omega and share there."""
-    config = EgomotionConfig(robust_iterations=0, rotation_start=False, min_flows=10)
+    config = EgomotionConfig(robust_iterations=0, rotation_start=False, min_flows=10,
+                             affine_depth=False)
     for camera, _, inputs in noisy_windows(6):
         estimator = EgomotionEstimator(camera, config)
         window = estimator._input.prepare(*inputs)
@@ -408,7 +409,7 @@ def free_arguments():
     """Return valid arguments of _egomotion.solve_free (the window of arguments())."""
     a_rows, g_rows, m, weight, _, starts, order, _, sphere, _, _, robust, _ = arguments()
     return [a_rows, g_rows, m, weight, starts, order, sphere, None, robust,
-            (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, 2.0)]
+            (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, 2.0, True)]
 
 
 def test_compiled_free_solve_runs_on_valid_arguments():
@@ -433,11 +434,13 @@ def test_compiled_free_solve_runs_on_valid_arguments():
      'non-negative positions, got 0 twice'),
     (7, np.array([0.0, np.inf, 1.0]), 'solve_free: previous must be finite, got inf'),
     (8, np.frombuffer(bytes(400)), 'solve_free: robust_out must be a writable C-contiguous'),
-    (9, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3, 2.0), 'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3, 2.0), 'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3, 2.0),
+    (9, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3, 2.0, True),
      'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, np.nan),
+    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3, 2.0, True),
+     'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3, 2.0, True),
+     'solve_free: settings out of range'),
+    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, np.nan, True),
      'solve_free: settings out of range'),
 ], ids=['nan', 'float32', 'shape', 'starts-order', 'order-repeat', 'previous-inf', 'read-only',
         'sign-flows', 'prior-weight', 'residual-nan', 'cell-scale'])

@@ -317,25 +317,27 @@ const char kSolveFreeDoc[] =
   "The solve without a gyroscope of EgomotionEstimator (egomotion_solve.py) for one\n"
   "window sorted by depth cell; the arrays as for solve_gyro, omega in rad/s; settings:\n"
   "(refine_steps, robust_iterations, huber_scale, sign_flows, rotation_error, rotation_start,\n"
-  "rotation_start_residual, rotation_prior_weight, coarse_step_rad, cell_huber_scale). Raises\n"
-  "ValueError naming a bad argument.";
+  "rotation_start_residual, rotation_prior_weight, coarse_step_rad, cell_huber_scale,\n"
+  "affine_depth). Raises ValueError naming a bad argument.";
 
 PyObject * solve_free(PyObject *, PyObject * args)
 {
   PyObject * objects[9];
   veckm_egomotion::FreeSettings settings{};
-  int rotation_start = 0;
+  int rotation_start = 0, affine_depth = 0;
   long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
   if (!PyArg_ParseTuple(
-      args, "OOOOOOOOO(iidLdpdddd):solve_free", &objects[0], &objects[1], &objects[2],
+      args, "OOOOOOOOO(iidLdpddddp):solve_free", &objects[0], &objects[1], &objects[2],
       &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
       &settings.refine_steps, &settings.robust_iterations, &settings.huber_scale, &sign_flows,
       &settings.rotation_error, &rotation_start, &settings.rotation_start_residual,
-      &settings.rotation_prior_weight, &settings.coarse_step_rad, &settings.cell_huber_scale))
+      &settings.rotation_prior_weight, &settings.coarse_step_rad, &settings.cell_huber_scale,
+      &affine_depth))
   {
     return nullptr;
   }
   settings.rotation_start = rotation_start != 0;
+  settings.affine_depth = affine_depth != 0;
   settings.sign_flows = sign_flows;
   if (!(settings.refine_steps >= 0 && settings.refine_steps <= 20 &&
     settings.robust_iterations >= 0 && settings.robust_iterations <= 10 &&

@@ -27,6 +27,7 @@
 #include <limits>
 #include <vector>
 
+#include "affine_depth.h"
 #include "checks.h"
 #include "search.h"
 
@@ -39,6 +40,11 @@ namespace {
 // start forced on every window: exact magnitudes 2.5 deg median at 0.25, 1.2 at 0.5, 0.9 at
 // 1.0; the flow model's flows 11.0, 11.6 and 13.9 deg).
 constexpr double kRotationStartReach = 0.5;
+
+// The affine-depth refinement (affine_depth.h): its Huber rounds, and the fewest flows of a
+// cell that gets a depth gradient (three unknowns; fewer keep a constant depth).
+constexpr int kAffineRounds = 1;
+constexpr int64_t kAffineMinFlows = 6;
 
 // _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3) and g a^T (9,
 // row-major); g g^T (9), g m (3), m^2 over all flows, and H's constant part h0 (6 distinct
@@ -302,12 +308,12 @@ public:
     }
     median_magnitude_ = median(magnitude);
     if (!s_.rotation_start) {
-      done = fit_free(nullptr, nullptr, false, fitted);
+      done = fit_free(nullptr, nullptr, false, fitted, s_.affine_depth);
     } else {
       // The joint least squares serve where the flows are accurate enough (accurate());
       // else the rotation-only fit stands in for a gyroscope in the sign vote for the start.
       limit_ = s_.rotation_start_residual * median_magnitude_;
-      done = fit_free(nullptr, nullptr, true, fitted);
+      done = fit_free(nullptr, nullptr, true, fitted, s_.affine_depth);
     }
     if (!done) {
       const Vec3 rotation = rotation_only();
@@ -335,6 +341,17 @@ public:
     const KnownCost known(sums);
     known(fitted.direction.data(), 1, false, &cost);
     *fit_out = 1.0 - cost / std::max(sums.total, 1e-300);
+    if (done && s_.affine_depth) {
+      // Accurate flows: the constant-depth fit stopped before its last Huber round, whose
+      // weights start the refinement with affine depths within the cells (affine_depth.h);
+      // the explained share stays the constant fit's.
+      huber_round(fitted.aa.data(), fitted.ar.data(), fitted.direction);
+      fit_weights();
+      const AffineSettings affine{kAffineRounds, s_.huber_scale, s_.cell_huber_scale,
+        kAffineMinFlows};
+      refine_affine_depth(w_, w_.weight, fit_weight_.data(), affine, fitted.direction.data(),
+        fitted.omega.data());
+    }
     std::copy(fitted.direction.begin(), fitted.direction.end(), direction_out);
     std::copy(fitted.omega.begin(), fitted.omega.end(), omega_out);
   }
@@ -355,6 +372,16 @@ private:
     Vec3 direction{}, omega{};
     std::vector<double> aa, ar;
   };
+
+  // The Huber weights and cell factors of a fit's residuals (a Huber round): cell sums aa,
+  // ar as Fit's, r_ the derotated flows.
+  void huber_round(const double * aa, const double * ar, const Vec3 & direction)
+  {
+    cell_residual(flows_, aa, ar, r_.data(), direction, residual_.data());
+    reweight(residual_.data());
+    cell_weights(residual_.data(), w_.weight, w_.starts, w_.num_cells, n_,
+      s_.cell_huber_scale, scratch_, errors_, robust_.data(), factors_.data());
+  }
 
   void reweight(const double * residual)
   {
@@ -435,8 +462,10 @@ private:
   // _fit_free: the joint least squares of omega and direction with Huber rounds. start: a
   // local start, else the sphere grid; rotation: the omega the final one is pulled towards;
   // check: ask accurate() after the second search (the first without Huber rounds) and
-  // return false when it fails.
-  bool fit_free(const Vec3 * start, const Vec3 * rotation, bool check, Fit & fit)
+  // return false when it fails; early: stop after that search (the affine refinement takes
+  // over), before its Huber round.
+  bool fit_free(const Vec3 * start, const Vec3 * rotation, bool check, Fit & fit,
+                bool early = false)
   {
     reweight_magnitudes();  // caps gross outliers before any fit
     const int last = s_.robust_iterations;
@@ -497,12 +526,11 @@ private:
             (omega[0] * ga[j] + omega[1] * ga[3 + j] + omega[2] * ga[6 + j]);
         }
       }
+      if (early && iteration == std::min(1, last) && iteration < last) {
+        break;
+      }
       if (iteration < last) {
-        cell_residual(flows_, stats.aa.data(), fit.ar.data(), r_.data(), direction,
-          residual_.data());
-        reweight(residual_.data());
-        cell_weights(residual_.data(), w_.weight, w_.starts, w_.num_cells, n_,
-          s_.cell_huber_scale, scratch_, errors_, robust_.data(), factors_.data());
+        huber_round(stats.aa.data(), fit.ar.data(), direction);
       }
     }
     fit.direction = direction;

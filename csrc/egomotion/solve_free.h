@@ -39,6 +39,7 @@ struct FreeSettings {
   double rotation_prior_weight;  // [s^2/rad^2]
   double coarse_step_rad;  // the sphere grid's spacing, sqrt(4 pi / sphere_directions)
   double cell_huber_scale;  // the cell factors of the Huber rounds (cell_weights); 0: off
+  bool affine_depth;  // refine accurate answers with affine cell depths (affine_depth.h)
 };
 
 // The solve of one window. half_sphere (num_half, 3) the coarse grid's directions with

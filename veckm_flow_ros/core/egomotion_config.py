@@ -112,6 +112,9 @@ class EgomotionConfig:
     #                                 this times the median cell's weighted mean |residual|
     #                                 over its own (cells straddling a depth edge); 0: off,
     #                                 [0, 100]
+    affine_depth: bool = True       # without a gyroscope, where the joint least squares
+    #                                 are accurate: refine their answer with an inverse
+    #                                 depth affine within each cell (exact on planes)
     min_translation_ratio: float = 0.05  # the fitted translational normal flow below this
     #                                 share of the rotational (medians over the flows) ->
     #                                 direction NaN, undetermined 'rotation_dominated'; 0:
@@ -154,6 +157,7 @@ class EgomotionConfig:
         need(self.sign_flows >= 10, 'sign_flows', '>= 10')
         need(isinstance(self.rotation_start, (bool, np.bool_)), 'rotation_start',
              'true or false')
+        need(isinstance(self.affine_depth, (bool, np.bool_)), 'affine_depth', 'true or false')
         need(0 <= self.rotation_start_residual <= 10, 'rotation_start_residual', 'in [0, 10]')
         need(0 <= self.rotation_prior_weight <= 1e6, 'rotation_prior_weight',
              'in [0, 1e6] s^2/rad^2')

@@ -88,7 +88,7 @@ class Solver:
              config.sign_flows, config.rotation_error,
              bool(config.rotation_start) and not least_squares,
              config.rotation_start_residual, config.rotation_prior_weight,
-             self.coarse_step_rad, config.cell_huber_scale))
+             self.coarse_step_rad, config.cell_huber_scale, bool(config.affine_depth)))
         window.robust = robust
         return np.array(direction), np.array(omega), fit
 
