@@ -441,6 +441,13 @@ bool refine_affine_depth(const Window & window, const double * weights, const do
   {
     return false;
   }
+  cost.residuals(d, w, residual.data());
+  for (int64_t i = 0; i < n; ++i) {
+    residual[i] = std::abs(residual[i]);
+  }
+  if (!(median(residual) < settings.limit)) {
+    return false;
+  }
   std::copy(d.begin(), d.end(), direction);
   std::copy(w, w + 3, omega);
   return true;

@@ -299,7 +299,7 @@ public:
   void solve(double direction_out[3], double omega_out[3], double * fit_out)
   {
     Fit fitted;
-    bool done = false;
+    bool done = false, refine = false;
     // The median |m|: the Huber threshold of every reweighting of m alone, and the accuracy
     // check's scale.
     std::vector<double> magnitude(n_);
@@ -307,13 +307,14 @@ public:
       magnitude[i] = std::abs(w_.m[i]);
     }
     median_magnitude_ = median(magnitude);
+    // The accuracy check's limit: the joint least squares serve where the flows are accurate
+    // enough (accurate()), and only there are they refined with affine depths.
+    limit_ = s_.rotation_start_residual * median_magnitude_;
     if (!s_.rotation_start) {
-      done = fit_free(nullptr, nullptr, false, fitted, s_.affine_depth);
+      done = fit_free(nullptr, nullptr, false, fitted, s_.affine_depth, &refine);
     } else {
-      // The joint least squares serve where the flows are accurate enough (accurate());
-      // else the rotation-only fit stands in for a gyroscope in the sign vote for the start.
-      limit_ = s_.rotation_start_residual * median_magnitude_;
-      done = fit_free(nullptr, nullptr, true, fitted, s_.affine_depth);
+      // Else the rotation-only fit stands in for a gyroscope in the sign vote for the start.
+      done = fit_free(nullptr, nullptr, true, fitted, s_.affine_depth, &refine);
     }
     if (!done) {
       const Vec3 rotation = rotation_only();
@@ -329,28 +330,27 @@ public:
         flows_, w_.input_order, signed_weight, s_.sign_flows, grid_, nullptr, 0);
       fit_free(&start, &rotation, false, fitted);
     }
-    // The explained share of the flow left after rotation, as with a gyroscope.
-    CellStats sums;
-    sums.aa = fitted.aa;
-    sums.ar = fitted.ar;
-    sums.total = 0.0;
-    for (int64_t i = 0; i < n_; ++i) {
-      sums.total += w_.weight[i] * robust_[i] * (r_[i] * r_[i]);
-    }
-    double cost;
-    const KnownCost known(sums);
-    known(fitted.direction.data(), 1, false, &cost);
-    *fit_out = 1.0 - cost / std::max(sums.total, 1e-300);
-    if (done && s_.affine_depth) {
+    *fit_out = explained_share(fitted);
+    if (refine) {
       // Accurate flows: the constant-depth fit stopped before its last Huber round, whose
-      // weights start the refinement with affine depths within the cells (affine_depth.h);
-      // the explained share stays the constant fit's.
+      // weights start the refinement with affine depths within the cells (affine_depth.h).
+      // Where the refined fit is not accurate, the constant-depth fit takes its last round
+      // after all. The explained share stays the constant fit's.
       huber_round(fitted.aa.data(), fitted.ar.data(), fitted.direction);
       fit_weights();
       const AffineSettings affine{kAffineRounds, s_.huber_scale, s_.cell_huber_scale,
-        kAffineMinFlows};
-      refine_affine_depth(w_, w_.weight, fit_weight_.data(), affine, fitted.direction.data(),
-        fitted.omega.data());
+        kAffineMinFlows, limit_};
+      Fit refined = fitted;
+      if (refine_affine_depth(w_, w_.weight, fit_weight_.data(), affine,
+        refined.direction.data(), refined.omega.data()))
+      {
+        fitted.direction = refined.direction;
+        fitted.omega = refined.omega;
+      } else {
+        fit_free(&fitted.direction, nullptr, false, fitted, false, nullptr,
+          s_.robust_iterations);
+        *fit_out = explained_share(fitted);
+      }
     }
     std::copy(fitted.direction.begin(), fitted.direction.end(), direction_out);
     std::copy(fitted.omega.begin(), fitted.omega.end(), omega_out);
@@ -372,6 +372,23 @@ private:
     Vec3 direction{}, omega{};
     std::vector<double> aa, ar;
   };
+
+  // The explained share of the flow left after rotation, as with a gyroscope (r_ and the
+  // Huber weights of the fit's last round).
+  double explained_share(const Fit & fitted) const
+  {
+    CellStats sums;
+    sums.aa = fitted.aa;
+    sums.ar = fitted.ar;
+    sums.total = 0.0;
+    for (int64_t i = 0; i < n_; ++i) {
+      sums.total += w_.weight[i] * robust_[i] * (r_[i] * r_[i]);
+    }
+    double cost;
+    const KnownCost known(sums);
+    known(fitted.direction.data(), 1, false, &cost);
+    return 1.0 - cost / std::max(sums.total, 1e-300);
+  }
 
   // The Huber weights and cell factors of a fit's residuals (a Huber round): cell sums aa,
   // ar as Fit's, r_ the derotated flows.
@@ -462,18 +479,21 @@ private:
   // _fit_free: the joint least squares of omega and direction with Huber rounds. start: a
   // local start, else the sphere grid; rotation: the omega the final one is pulled towards;
   // check: ask accurate() after the second search (the first without Huber rounds) and
-  // return false when it fails; early: stop after that search (the affine refinement takes
-  // over), before its Huber round.
+  // return false when it fails; early: where that search's answer is accurate, stop there,
+  // before its Huber round, and set *stopped (the affine refinement takes over); from: the
+  // first round (a later one resumes a fit stopped early, its Huber weights set).
   bool fit_free(const Vec3 * start, const Vec3 * rotation, bool check, Fit & fit,
-                bool early = false)
+                bool early = false, bool * stopped = nullptr, int from = 0)
   {
-    reweight_magnitudes();  // caps gross outliers before any fit
+    if (from == 0) {
+      reweight_magnitudes();  // caps gross outliers before any fit
+    }
     const int last = s_.robust_iterations;
     Vec3 direction = start ? *start : Vec3{};
     bool have = start != nullptr;
     FreeStats stats;
     Vec3 omega{};
-    for (int iteration = 0; iteration <= last; ++iteration) {
+    for (int iteration = from; iteration <= last; ++iteration) {
       if (iteration || !have_first_) {
         cell_stats(stats);
       } else {
@@ -526,7 +546,10 @@ private:
             (omega[0] * ga[j] + omega[1] * ga[3 + j] + omega[2] * ga[6 + j]);
         }
       }
-      if (early && iteration == std::min(1, last) && iteration < last) {
+      if (early && iteration == std::min(1, last) && iteration < last &&
+        (check || accurate(direction, omega)))
+      {
+        *stopped = true;
         break;
       }
       if (iteration < last) {

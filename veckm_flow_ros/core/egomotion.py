@@ -38,10 +38,11 @@ m - g . omega (the flow model's magnitudes are biased, its signs less so); the l
 refine that start locally, and their global minimum replaces it only where it agrees about
 as well with the signs. Slow normal flows (unreliable in sign and size) weigh less there.
 Without a gyroscope the joint least squares of omega and direction serve where the flows are
-accurate (a small median residual); on the flow model's flows (biased magnitudes) the
-rotation-only fit of omega (translation ignored) stands in for the gyroscope in the sign vote,
-the joint least squares refine its direction locally, and the final omega is pulled towards
-the rotation-only fit (ridge).
+accurate (a small median residual), and there their answer is refined with an inverse depth
+affine within each cell (exact on planes, `affine_depth`); on the flow model's flows (biased
+magnitudes) the rotation-only fit of omega (translation ignored) stands in for the gyroscope
+in the sign vote, the joint least squares refine its direction locally, and the final omega
+is pulled towards the rotation-only fit (ridge).
 Time to contact per region is the weighted median (weights |a . d| times validity and the
 Huber weight) of the per-flow estimates (a . d) / ((m - g . omega) d_z).
 
