@@ -228,6 +228,19 @@ def test_without_gyro_affine_depths_make_exact_flows_of_planes_exact(camera, v, 
     assert errors[False][0] > 0.1 and errors[False][1] > 0.05, errors
 
 
+def test_without_gyro_affine_depths_are_not_kept_where_they_do_not_fit():
+    """Random depths per flow: neither depth model fits, the constant one's answer stays."""
+    depth = np.random.default_rng(1).uniform(2.0, 6.0, 3000)
+    v = np.array([1.0, 0.0, 0.3])
+    x, y, u, w, _ = analytic_window(PINHOLE, v, np.array([0.1, 0.2, 0.0]), noise=0.0,
+                                    outliers=0.0, seed=2, depth=lambda x, y: depth)
+    results = [EgomotionEstimator(PINHOLE, EgomotionConfig(affine_depth=affine)).estimate(
+        x, y, u, w) for affine in (True, False)]
+    np.testing.assert_array_equal(results[0].direction, results[1].direction)
+    np.testing.assert_array_equal(results[0].omega_rad_s, results[1].omega_rad_s)
+    assert results[0].translation_fit == results[1].translation_fit
+
+
 def test_without_gyro_biased_flows_take_the_rotation_start():
     """
     Biased magnitudes: the rotation start, better than the joint least squares' minimum.

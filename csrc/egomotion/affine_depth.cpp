@@ -420,14 +420,24 @@ bool refine_affine_depth(const Window & window, const double * weights, const do
     residual(n), scratch, errors;
   Vec3 d = normalized({direction[0], direction[1], direction[2]});
   double w[3] = {omega[0], omega[1], omega[2]};
+  // Whether the fit at (d, w) is accurate (median |residual| below the limit); leaves the
+  // residuals in `residual`.
+  auto accurate = [&]() {
+      cost.residuals(d, w, residual.data());
+      scratch.resize(n);
+      for (int64_t i = 0; i < n; ++i) {
+        scratch[i] = std::abs(residual[i]);
+      }
+      return median(scratch) < settings.limit;
+    };
   for (int round = 0; round <= settings.rounds; ++round) {
     cost.tables(fit_weight.data());
-    if (!local_search(cost, d, w, round < settings.rounds ? kIntermediateStopRad : kStopRad))
+    if (!local_search(cost, d, w, round < settings.rounds ? kIntermediateStopRad : kStopRad) ||
+      !accurate())
     {
-      return false;
+      return false;  // (not accurate after the first search: a later one will not be either)
     }
     if (round < settings.rounds) {
-      cost.residuals(d, w, residual.data());
       huber_weights(residual.data(), n, settings.huber_scale, scratch, robust.data());
       cell_weights(residual.data(), weights, window.starts, window.num_cells, n,
         settings.cell_huber_scale, scratch, errors, robust.data(), factors.data());
@@ -439,13 +449,6 @@ bool refine_affine_depth(const Window & window, const double * weights, const do
   if (!(std::isfinite(d[0]) && std::isfinite(d[1]) && std::isfinite(d[2]) &&
     std::isfinite(w[0]) && std::isfinite(w[1]) && std::isfinite(w[2])))
   {
-    return false;
-  }
-  cost.residuals(d, w, residual.data());
-  for (int64_t i = 0; i < n; ++i) {
-    residual[i] = std::abs(residual[i]);
-  }
-  if (!(median(residual) < settings.limit)) {
     return false;
   }
   std::copy(d.begin(), d.end(), direction);
