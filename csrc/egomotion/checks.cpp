@@ -59,7 +59,7 @@ double quantile(std::vector<double> & values, double share)
 
 bool accurate_fit(
   const Window & window, const double * fit_weight, const double direction[3],
-  const double omega[3], double limit, bool * all_flows)
+  const double omega[3], double limit)
 {
   const int64_t n = window.count;
   const double * g = window.g_rows;
@@ -76,11 +76,7 @@ bool accurate_fit(
   for (int64_t i = 0; i < n; ++i) {
     size[i] = std::abs(residual[i]);
   }
-  const bool all = median(size) < limit;
-  if (all_flows) {
-    *all_flows = all;
-  }
-  if (all) {
+  if (median(size) < limit) {
     return true;
   }
   std::vector<double> flat(n);

@@ -50,11 +50,10 @@ Checks window_checks(
 
 // The accuracy check: the median |residual| of the cell-depth fit at (direction, omega)
 // with the weights fit_weight (count,) below limit, or below kDepthFreeLimit x limit on the
-// kDepthFreeShare of the flows with the smallest |a . d| (free of the depth model's misfit);
-// all_flows, when given: whether the first (all the flows) passed.
+// kDepthFreeShare of the flows with the smallest |a . d| (free of the depth model's misfit).
 bool accurate_fit(
   const Window & window, const double * fit_weight, const double direction[3],
-  const double omega[3], double limit, bool * all_flows = nullptr);
+  const double omega[3], double limit);
 
 }  // namespace veckm_egomotion
 

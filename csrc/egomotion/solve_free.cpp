@@ -546,10 +546,8 @@ private:
             (omega[0] * ga[j] + omega[1] * ga[3 + j] + omega[2] * ga[6 + j]);
         }
       }
-      // (accurate on all the flows, not only the depth-free ones: a depth that varies
-      // inside the cells other than by a plane is no better fitted by affine depths)
       if (early && iteration == std::min(1, last) && iteration < last &&
-        (check || accurate(direction, omega)) && accurate_all_flows_)
+        (check || accurate(direction, omega)))
       {
         *stopped = true;
         break;
@@ -565,13 +563,11 @@ private:
   }
 
   // The accuracy check (rotation_start_residual; checks.h): the median |residual| (cell
-  // depths fitted) below limit_, or below half of it on the flows of the smallest |a . d|;
-  // sets accurate_all_flows_.
+  // depths fitted) below limit_, or below half of it on the flows of the smallest |a . d|.
   bool accurate(const Vec3 & direction, const Vec3 & omega)
   {
     fit_weights();
-    return accurate_fit(w_, fit_weight_.data(), direction.data(), omega.data(), limit_,
-      &accurate_all_flows_);
+    return accurate_fit(w_, fit_weight_.data(), direction.data(), omega.data(), limit_);
   }
 
   // _rotation_only: omega of the least squares m = g . omega, translation ignored
@@ -596,7 +592,6 @@ private:
   double limit_ = 0.0, median_magnitude_ = 0.0;
   FreeStats first_;
   bool have_first_ = false;
-  bool accurate_all_flows_ = false;  // the last accurate(): passed on all the flows
   std::vector<double> robust_, fit_weight_, r_, residual_, scratch_, errors_, factors_;
 };
 
