@@ -211,21 +211,24 @@ def planar_scene(x, y):
 @pytest.mark.parametrize('v, omega', [((0.3, -0.1, 2.0), (0.02, -0.05, 0.03)),
                                       ((1.9, 0.2, 0.7), (0.05, 0.1, -0.2))],
                          ids=['approach', 'sideways'])
-def test_without_gyro_affine_depths_make_exact_flows_of_planes_exact(camera, v, omega):
+def test_affine_depths_make_exact_flows_of_planes_exact(camera, v, omega):
     """A plane's inverse depth is affine in the image: the refinement recovers the motion."""
     v, omega = np.array(v), np.array(omega)
     x, y, u, w, _ = analytic_window(camera, v, omega, count=4000, noise=0.0, outliers=0.0,
                                     seed=3, depth=planar_scene)
-    errors = {}
+    errors, gyro_errors = {}, {}
     for affine in (False, True):
-        result = EgomotionEstimator(camera, EgomotionConfig(affine_depth=affine)).estimate(
-            x, y, u, w)
+        config = EgomotionConfig(affine_depth=affine, gyro_bias_windows=0)
+        result = EgomotionEstimator(camera, config).estimate(x, y, u, w)
         errors[affine] = (math.degrees(np.linalg.norm(result.omega_rad_s - omega)),
                           angle_deg(result.direction, v))
-    # Measured (2026-11-29): constant cell depths 0.15-5.6 deg/s and 0.09-4.0 deg off; affine
-    # ones below 0.0003 of either.
+        result = EgomotionEstimator(camera, config).estimate(x, y, u, w, omega_rad_s=omega)
+        gyro_errors[affine] = angle_deg(result.direction, v)
+    # Measured (2026-11-29): constant cell depths 0.15-5.6 deg/s and 0.09-4.0 deg off without
+    # a gyroscope, 0.03-0.18 deg with one; affine ones below 0.002 deg and 0.0003 deg/s.
     assert errors[True][0] < 0.005 and errors[True][1] < 0.005, errors
     assert errors[False][0] > 0.1 and errors[False][1] > 0.05, errors
+    assert gyro_errors[True] < 0.005 and gyro_errors[False] > 0.02, gyro_errors
 
 
 def test_without_gyro_affine_depths_are_not_kept_where_they_do_not_fit():

@@ -346,7 +346,8 @@ def arguments(count=50, cells=5):
     sphere /= np.linalg.norm(sphere, axis=1)[:, None]
     return [a_rows, g_rows, rng.normal(size=count), np.ones(count), np.ones(count), starts,
             rng.permutation(count).astype(np.int64), np.array([0.1, 0.2, 0.3]), sphere,
-            None, False, np.empty(count), (5, 2, 2.0, True, 1000, 0.2, 0.3, 0.3, 2.0)]
+            None, False, np.empty(count),
+            (5, 2, 2.0, True, 1000, 0.2, 0.3, 0.3, 2.0, True, 0.07)]
 
 
 def test_compiled_solve_runs_on_valid_arguments():
@@ -374,13 +375,15 @@ def test_compiled_solve_runs_on_valid_arguments():
     (6, np.arange(50, dtype=np.int64) % 49, 'input_order must hold distinct non-negative '
      'positions, got 0 twice'),
     (6, np.arange(50, dtype=np.int64) - 1, 'got -1 (negative)'),
-    (12, (5, 2, 2.0, True, 0, 0.2, 0.3, 0.3, 2.0), 'settings out of range'),
-    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.0, 2.0), 'settings out of range'),
-    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.3, -1.0), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 0, 0.2, 0.3, 0.3, 2.0, True, 0.07), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.0, 2.0, True, 0.07), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.3, -1.0, True, 0.07), 'settings out of range'),
+    (12, (5, 2, 2.0, True, 10, 0.2, 0.3, 0.3, 2.0, True, np.nan), 'settings out of range'),
     (2, [1.0, 2.0], "m must be a C-contiguous float64 array, got <class 'list'>"),
 ], ids=['nan', 'inf', 'omega-nan', 'float32', 'int-dtype', 'shape', 'sphere-shape',
         'previous-shape', 'strided', 'read-only', 'starts-order', 'starts-first', 'starts-end',
-        'order-repeat', 'order-negative', 'sign-flows', 'step', 'cell-scale', 'list'])
+        'order-repeat', 'order-negative', 'sign-flows', 'step', 'cell-scale', 'accuracy-nan',
+        'list'])
 def test_compiled_solve_names_bad_arguments(index, value, message):
     args = arguments()
     args[index] = value

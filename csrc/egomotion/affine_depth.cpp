@@ -251,6 +251,37 @@ public:
     return c0 - (rhs[0] * omega[0] + rhs[1] * omega[1] + rhs[2] * omega[2]);
   }
 
+  // The cost of direction d (3, unit) for a known omega (3,) [rad/s], the cell depths
+  // eliminated.
+  double known(const Vec3 & d, const double omega[3]) const
+  {
+    const double dd[6] = {d[0] * d[0], d[1] * d[1], d[2] * d[2], 2 * d[0] * d[1],
+      2 * d[0] * d[2], 2 * d[1] * d[2]};
+    const double * w = omega;
+    double total = mm_ - 2 * (w[0] * gm_[0] + w[1] * gm_[1] + w[2] * gm_[2]) +
+      w[0] * w[0] * gg_[0] + w[1] * w[1] * gg_[1] + w[2] * w[2] * gg_[2] +
+      2 * (w[0] * w[1] * gg_[3] + w[0] * w[2] * gg_[4] + w[1] * w[2] * gg_[5]);
+    for (int64_t c = 0; c < cells_; ++c) {
+      double r[3];
+      Sym3 m;
+      if (!cell_system(c, d, dd, omega, m, r)) {
+        continue;
+      }
+      if (!used_affine_[c]) {
+        total -= r[0] * r[0] / m[0];
+        continue;
+      }
+      Sym3 inverse;
+      if (!invert3(m, inverse)) {
+        continue;
+      }
+      double x[3];
+      apply3(inverse, r, x);
+      total -= r[0] * x[0] + r[1] * x[1] + r[2] * x[2];
+    }
+    return total;
+  }
+
   // The residuals (count,) of direction d and omega with the cells' fitted depths.
   void residuals(const Vec3 & d, const double omega[3], double * residual) const
   {
@@ -276,40 +307,54 @@ private:
     const double dd[6] = {d[0] * d[0], d[1] * d[1], d[2] * d[2], 2 * d[0] * d[1],
       2 * d[0] * d[2], 2 * d[1] * d[2]};
     for (int64_t c = 0; c < cells_; ++c) {
-      const double * t = t_.data() + 36 * c;
-      const double * u = u_.data() + 9 * c;
-      const double * v = v_.data() + 27 * c;
-      Sym3 m{};
-      for (int k = 0; k < 6; ++k) {
-        for (int l = 0; l < 6; ++l) {
-          m[l] += dd[k] * t[6 * k + l];
-        }
-      }
-      double r[3];
-      for (int p = 0; p < 3; ++p) {
-        r[p] = d[0] * u[p] + d[1] * u[3 + p] + d[2] * u[6 + p];
-        for (int l = 0; l < 3; ++l) {
-          r[p] -= omega[l] *
-            (d[0] * v[3 * p + l] + d[1] * v[9 + 3 * p + l] + d[2] * v[18 + 3 * p + l]);
-        }
-      }
       double * theta = depths + 3 * c;
       std::fill(theta, theta + 3, 0.0);
-      if (!(m[0] > 0)) {
+      double r[3];
+      Sym3 m;
+      if (!cell_system(c, d, dd, omega, m, r)) {
         continue;
       }
       if (!used_affine_[c]) {
         theta[0] = r[0] / m[0];
         continue;
       }
-      const double ridge = kGradientRidge * (m[1] + m[2]) + 1e-300;
-      m[1] += ridge;
-      m[2] += ridge;
       Sym3 inverse;
       if (invert3(m, inverse)) {
         apply3(inverse, r, theta);
       }
     }
+  }
+
+  // Cell c's normal equations for direction d (dd: its squares, as in operator()) and omega:
+  // M (with the gradient ridge where affine) and y - Z omega; false where M is empty.
+  bool cell_system(int64_t c, const Vec3 & d, const double dd[6], const double omega[3],
+                   Sym3 & m, double r[3]) const
+  {
+    const double * t = t_.data() + 36 * c;
+    const double * u = u_.data() + 9 * c;
+    const double * v = v_.data() + 27 * c;
+    m.fill(0.0);
+    for (int k = 0; k < 6; ++k) {
+      for (int l = 0; l < 6; ++l) {
+        m[l] += dd[k] * t[6 * k + l];
+      }
+    }
+    if (!(m[0] > 0)) {
+      return false;
+    }
+    for (int p = 0; p < 3; ++p) {
+      r[p] = d[0] * u[p] + d[1] * u[3 + p] + d[2] * u[6 + p];
+      for (int l = 0; l < 3; ++l) {
+        r[p] -= omega[l] *
+          (d[0] * v[3 * p + l] + d[1] * v[9 + 3 * p + l] + d[2] * v[18 + 3 * p + l]);
+      }
+    }
+    if (used_affine_[c]) {
+      const double ridge = kGradientRidge * (m[1] + m[2]) + 1e-300;
+      m[1] += ridge;
+      m[2] += ridge;
+    }
+    return true;
   }
 
   const Window & w_;
@@ -334,7 +379,8 @@ Vec3 offset(const Vec3 & d, const Vec3 & e1, const Vec3 & e2, double s1, double 
 // plane at the start: Newton steps on the quadratic through six probes (gradient and
 // Hessian), then quasi-Newton steps that keep that Hessian and take the gradient from two
 // forward probes; a step that does not lower the cost probes the quadratic afresh, closer.
-bool local_search(const AffineCost & cost, Vec3 & d, double omega[3], double stop_rad)
+template<class Cost>
+bool local_search(const Cost & cost, Vec3 & d, double omega[3], double stop_rad)
 {
   const Vec3 start = d;
   Vec3 e1, e2;
@@ -412,7 +458,7 @@ bool local_search(const AffineCost & cost, Vec3 & d, double omega[3], double sto
 
 bool refine_affine_depth(const Window & window, const double * weights, const double * first,
                          const AffineSettings & settings, double direction[3],
-                         double omega[3])
+                         double omega[3], bool omega_known)
 {
   const int64_t n = window.count;
   AffineCost cost(window, settings);
@@ -432,8 +478,15 @@ bool refine_affine_depth(const Window & window, const double * weights, const do
     };
   for (int round = 0; round <= settings.rounds; ++round) {
     cost.tables(fit_weight.data());
-    if (!local_search(cost, d, w, round < settings.rounds ? kIntermediateStopRad : kStopRad) ||
-      !accurate())
+    const double stop = round < settings.rounds ? kIntermediateStopRad : kStopRad;
+    const bool found = omega_known ?
+      local_search(
+        [&](const Vec3 & direction, double out[3]) {
+          std::copy(w, w + 3, out);
+          return cost.known(direction, w);
+        }, d, w, stop) :
+      local_search(cost, d, w, stop);
+    if (!found || !accurate())
     {
       return false;  // (not accurate after the first search: a later one will not be either)
     }

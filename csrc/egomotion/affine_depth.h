@@ -39,15 +39,15 @@ struct AffineSettings {
 };
 
 // Refines direction (3, unit) and omega (3,) [rad/s] in place by a local search of the
-// least squares with affine cell depths (omega and the cell depths eliminated), starting
-// from them; weights: the flows' weights (count,) without Huber weights, first: the first
+// least squares with affine cell depths (omega and the cell depths eliminated; omega_known:
+// omega kept, from a gyroscope), starting from them; weights: the flows' weights (count,) without Huber weights, first: the first
 // search's (the constant-depth fit's, with its Huber weights). Returns false, leaving them
 // unchanged, when a cost is not finite or when the refined fit's median |residual| is not
 // below settings.limit (the depth varies inside the cells other than by a plane: the
 // refinement is then no more trustworthy than the constant-depth fit).
 bool refine_affine_depth(const Window & window, const double * weights, const double * first,
                          const AffineSettings & settings, double direction[3],
-                         double omega[3]);
+                         double omega[3], bool omega_known = false);
 
 }  // namespace veckm_egomotion
 

@@ -252,36 +252,41 @@ const char kSolveGyroDoc[] =
   "distinct positions in the input; omega (3,) rad/s; half_sphere (H, 3) the coarse grid;\n"
   "previous (3,) or None; warm: bool; robust_out (N,) float64, written with the final Huber\n"
   "weights; settings: (refine_steps, robust_iterations, huber_scale, sign_start, sign_flows,\n"
-  "sign_tolerance, rotation_error, coarse_step_rad, cell_huber_scale). Raises ValueError naming a bad argument.";
+  "sign_tolerance, rotation_error, coarse_step_rad, cell_huber_scale, affine_depth,\n"
+  "rotation_start_residual). Raises ValueError naming a bad argument.";
 
 PyObject * solve_gyro(PyObject *, PyObject * args)
 {
   PyObject * objects[12];
   veckm_egomotion::GyroSettings settings{};
-  int sign_start = 0, warm = 0;
+  int sign_start = 0, warm = 0, affine_depth = 0;
   long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
   if (!PyArg_ParseTuple(
-      args, "OOOOOOOOOOpO(iidpLdddd):solve_gyro", &objects[0], &objects[1], &objects[2],
+      args, "OOOOOOOOOOpO(iidpLddddpd):solve_gyro", &objects[0], &objects[1], &objects[2],
       &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
       &objects[9], &warm, &objects[11], &settings.refine_steps, &settings.robust_iterations,
       &settings.huber_scale, &sign_start, &sign_flows, &settings.sign_tolerance,
-      &settings.rotation_error, &settings.coarse_step_rad, &settings.cell_huber_scale))
+      &settings.rotation_error, &settings.coarse_step_rad, &settings.cell_huber_scale,
+      &affine_depth, &settings.accuracy_share))
   {
     return nullptr;
   }
   settings.sign_start = sign_start != 0;
+  settings.affine_depth = affine_depth != 0;
   settings.sign_flows = sign_flows;
   if (!(settings.refine_steps >= 0 && settings.refine_steps <= 20 &&
     settings.robust_iterations >= 0 && settings.robust_iterations <= 10 &&
     settings.huber_scale > 0 && settings.sign_flows >= 1 && settings.sign_tolerance >= 0 &&
     std::isfinite(settings.sign_tolerance) && std::isfinite(settings.rotation_error) &&
     settings.coarse_step_rad > 0 && std::isfinite(settings.coarse_step_rad) &&
-    settings.cell_huber_scale >= 0 && std::isfinite(settings.cell_huber_scale)))
+    settings.cell_huber_scale >= 0 && std::isfinite(settings.cell_huber_scale) &&
+    settings.accuracy_share >= 0 && std::isfinite(settings.accuracy_share)))
   {
     PyErr_Format(
       PyExc_ValueError, "solve_gyro: settings out of range (refine_steps 0..20, "
       "robust_iterations 0..10, huber_scale > 0, sign_flows >= 1, finite sign_tolerance >= 0 "
-      "and rotation_error, coarse_step_rad > 0, finite cell_huber_scale >= 0), got %R", PyTuple_GET_ITEM(args, 12));
+      "and rotation_error, coarse_step_rad > 0, finite cell_huber_scale >= 0, finite "
+      "rotation_start_residual >= 0), got %R", PyTuple_GET_ITEM(args, 12));
     return nullptr;
   }
   PyObject * const window_objects[9] = {objects[0], objects[1], objects[2], objects[3],

@@ -37,6 +37,8 @@ struct GyroSettings {
   double rotation_error;
   double coarse_step_rad;  // the sphere grid's spacing, sqrt(4 pi / sphere_directions)
   double cell_huber_scale;  // the cell factors of the Huber rounds (cell_weights); 0: off
+  bool affine_depth;  // refine accurate answers with affine cell depths (affine_depth.h)
+  double accuracy_share;  // rotation_start_residual: the accuracy check's limit / median |m|
 };
 
 // The solve of one window. omega (3,) the gyroscope's rate [rad/s, camera frame];

@@ -112,9 +112,10 @@ class EgomotionConfig:
     #                                 this times the median cell's weighted mean |residual|
     #                                 over its own (cells straddling a depth edge); 0: off,
     #                                 [0, 100]
-    affine_depth: bool = True       # without a gyroscope, where the joint least squares
-    #                                 are accurate: refine their answer with an inverse
-    #                                 depth affine within each cell (exact on planes)
+    affine_depth: bool = True       # where the flows are accurate, refine the answer
+    #                                 with an inverse depth affine within each cell (exact
+    #                                 on planes): omega and direction, or with a gyroscope
+    #                                 the direction
     min_translation_ratio: float = 0.05  # the fitted translational normal flow below this
     #                                 share of the rotational (medians over the flows) ->
     #                                 direction NaN, undetermined 'rotation_dominated'; 0:

@@ -68,7 +68,8 @@ class Solver:
             window.input_order, omega, self.half_sphere, previous, warm, robust,
             (config.refine_steps, config.robust_iterations, config.huber_scale,
              bool(config.sign_start), config.sign_flows, config.sign_tolerance,
-             config.rotation_error, self.coarse_step_rad, config.cell_huber_scale))
+             config.rotation_error, self.coarse_step_rad, config.cell_huber_scale,
+             bool(config.affine_depth), config.rotation_start_residual))
         window.robust = robust
         return np.array(direction), fit
 
