@@ -57,6 +57,14 @@ bool invert3(const Sym3 & m, Sym3 & inverse)
   return true;
 }
 
+// The products of a direction's components that weigh the 6 distinct entries of a symmetric
+// matrix in d^T A d: x x, y y, z z, 2 x y, 2 x z, 2 y z.
+inline Sym3 pair_products(const Vec3 & d)
+{
+  return {d[0] * d[0], d[1] * d[1], d[2] * d[2], 2 * d[0] * d[1], 2 * d[0] * d[2],
+    2 * d[1] * d[2]};
+}
+
 // out = s rhs for a symmetric s (6 entries).
 inline void apply3(const Sym3 & s, const double rhs[3], double out[3])
 {
@@ -175,30 +183,15 @@ public:
   // omega (3,); NaN when the normal equations of omega are singular.
   double operator()(const Vec3 & d, double omega[3]) const
   {
-    const double dd[6] = {d[0] * d[0], d[1] * d[1], d[2] * d[2], 2 * d[0] * d[1],
-      2 * d[0] * d[2], 2 * d[1] * d[2]};
+    const Sym3 dd = pair_products(d);
     Sym3 h = gg_;
     double rhs[3] = {gm_[0], gm_[1], gm_[2]};
     double c0 = mm_;
     for (int64_t c = 0; c < cells_; ++c) {
-      const double * t = t_.data() + 36 * c;
-      Sym3 m{};
-      for (int k = 0; k < 6; ++k) {
-        for (int l = 0; l < 6; ++l) {
-          m[l] += dd[k] * t[6 * k + l];
-        }
-      }
-      if (!(m[0] > 0)) {
-        continue;
-      }
-      const double * u = u_.data() + 9 * c;
-      const double * v = v_.data() + 27 * c;
+      Sym3 m;
       double y[3], z[3][3];  // z[p][l]
-      for (int p = 0; p < 3; ++p) {
-        y[p] = d[0] * u[p] + d[1] * u[3 + p] + d[2] * u[6 + p];
-        for (int l = 0; l < 3; ++l) {
-          z[p][l] = d[0] * v[3 * p + l] + d[1] * v[9 + 3 * p + l] + d[2] * v[18 + 3 * p + l];
-        }
+      if (!cell_terms(c, d, dd, m, y, z)) {
+        continue;
       }
       if (!used_affine_[c]) {
         // constant depth: M = m[0], q = (1, 0, 0)
@@ -215,9 +208,6 @@ public:
         h[5] -= z[0][1] * z[0][2] * inv;
         continue;
       }
-      const double ridge = kGradientRidge * (m[1] + m[2]) + 1e-300;
-      m[1] += ridge;
-      m[2] += ridge;
       Sym3 inverse;
       if (!invert3(m, inverse)) {
         continue;
@@ -255,8 +245,7 @@ public:
   // eliminated.
   double known(const Vec3 & d, const double omega[3]) const
   {
-    const double dd[6] = {d[0] * d[0], d[1] * d[1], d[2] * d[2], 2 * d[0] * d[1],
-      2 * d[0] * d[2], 2 * d[1] * d[2]};
+    const Sym3 dd = pair_products(d);
     const double * w = omega;
     double total = mm_ - 2 * (w[0] * gm_[0] + w[1] * gm_[1] + w[2] * gm_[2]) +
       w[0] * w[0] * gg_[0] + w[1] * w[1] * gg_[1] + w[2] * w[2] * gg_[2] +
@@ -304,8 +293,7 @@ private:
   // Each cell's (rho, gamma_x, gamma_y) for d and omega: M^-1 (y - Z omega).
   void cell_depths(const Vec3 & d, const double omega[3], double * depths) const
   {
-    const double dd[6] = {d[0] * d[0], d[1] * d[1], d[2] * d[2], 2 * d[0] * d[1],
-      2 * d[0] * d[2], 2 * d[1] * d[2]};
+    const Sym3 dd = pair_products(d);
     for (int64_t c = 0; c < cells_; ++c) {
       double * theta = depths + 3 * c;
       std::fill(theta, theta + 3, 0.0);
@@ -325,10 +313,10 @@ private:
     }
   }
 
-  // Cell c's normal equations for direction d (dd: its squares, as in operator()) and omega:
-  // M (with the gradient ridge where affine) and y - Z omega; false where M is empty.
-  bool cell_system(int64_t c, const Vec3 & d, const double dd[6], const double omega[3],
-                   Sym3 & m, double r[3]) const
+  // Cell c's normal equations for direction d (dd = pair_products(d)): M (with
+  // the gradient ridge where affine), y and Z (z[p][l]); false where M is empty.
+  bool cell_terms(int64_t c, const Vec3 & d, const Sym3 & dd, Sym3 & m, double y[3],
+                  double z[3][3]) const
   {
     const double * t = t_.data() + 36 * c;
     const double * u = u_.data() + 9 * c;
@@ -343,16 +331,29 @@ private:
       return false;
     }
     for (int p = 0; p < 3; ++p) {
-      r[p] = d[0] * u[p] + d[1] * u[3 + p] + d[2] * u[6 + p];
+      y[p] = d[0] * u[p] + d[1] * u[3 + p] + d[2] * u[6 + p];
       for (int l = 0; l < 3; ++l) {
-        r[p] -= omega[l] *
-          (d[0] * v[3 * p + l] + d[1] * v[9 + 3 * p + l] + d[2] * v[18 + 3 * p + l]);
+        z[p][l] = d[0] * v[3 * p + l] + d[1] * v[9 + 3 * p + l] + d[2] * v[18 + 3 * p + l];
       }
     }
     if (used_affine_[c]) {
       const double ridge = kGradientRidge * (m[1] + m[2]) + 1e-300;
       m[1] += ridge;
       m[2] += ridge;
+    }
+    return true;
+  }
+
+  // cell_terms with omega known: M and y - Z omega.
+  bool cell_system(int64_t c, const Vec3 & d, const Sym3 & dd, const double omega[3],
+                   Sym3 & m, double r[3]) const
+  {
+    double z[3][3];
+    if (!cell_terms(c, d, dd, m, r, z)) {
+      return false;
+    }
+    for (int p = 0; p < 3; ++p) {
+      r[p] -= z[p][0] * omega[0] + z[p][1] * omega[1] + z[p][2] * omega[2];
     }
     return true;
   }
