@@ -30,6 +30,11 @@
 
 namespace veckm_egomotion {
 
+// The refinement's Huber rounds (reweight, search again) and the fewest flows of a cell that
+// gets a depth gradient (three unknowns; fewer keep a constant depth), for both solves.
+constexpr int kAffineRounds = 1;
+constexpr int64_t kAffineMinFlows = 6;
+
 struct AffineSettings {
   int rounds;               // Huber rounds (reweight, search again) after the first search
   double huber_scale;       // as FreeSettings

@@ -41,11 +41,6 @@ namespace {
 // 1.0; the flow model's flows 11.0, 11.6 and 13.9 deg).
 constexpr double kRotationStartReach = 0.5;
 
-// The affine-depth refinement (affine_depth.h): its Huber rounds, and the fewest flows of a
-// cell that gets a depth gradient (three unknowns; fewer keep a constant depth).
-constexpr int kAffineRounds = 1;
-constexpr int64_t kAffineMinFlows = 6;
-
 // _cell_stats_free: per cell a a^T (6, mixed products twice), a m (3) and g a^T (9,
 // row-major); g g^T (9), g m (3), m^2 over all flows, and H's constant part h0 (6 distinct
 // entries of g g^T, regularised).

@@ -41,10 +41,6 @@ constexpr double kWarmSameDeg = 5.0;
 // 0) and its sign vote this many local rounds fewer (at least 1): it starts near the answer
 // (as accurate on the held-out set, ~0.2-0.4 ms less CPU per paced window).
 constexpr int kWarmRoundsLess = 1;
-// The affine-depth refinement (affine_depth.h), as in solve_free.cpp: its Huber rounds and
-// the fewest flows of a cell that gets a depth gradient.
-constexpr int kAffineRounds = 1;
-constexpr int64_t kAffineMinFlows = 6;
 // The refinement's accuracy check runs only where the constant-depth fit explains at least
 // this share of the derotated flow (measured: exact flows of the motion suite 0.998 and
 // above, the flow model's 0.95 and below): it costs ~0.15 ms, which the flow model's
