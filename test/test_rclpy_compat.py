@@ -147,8 +147,14 @@ def test_entities_in_use_defer_their_destruction(receiver_factory):
         rclpy_compat.take_serialized(subscription, EventPacket)
 
 
-def test_a_poke_ends_the_receive_threads_pause(ros_context):
-    """ros/receiver.py: after a take it pauses for its period; poke() takes what came now."""
+def test_the_receive_thread_pauses_between_close_messages_and_a_poke_ends_the_pause(
+        ros_context):
+    """
+    ros/receiver.py: a message after a quiet period longer than the receive period is taken
+    at once, and so is the next (no pause after a sparse message: it would only add a take
+    that finds nothing); after two messages closer than the period the thread pauses for
+    the period, and poke() takes what came now.
+    """
     from veckm_flow_ros.ros.receiver import SerializedReceiver
     node = rclpy.create_node('receiver_poke_probe', context=ros_context)
     subscription = node.create_subscription(EventPacket, TOPIC, lambda raw: None, RELIABLE,
@@ -169,10 +175,12 @@ def test_a_poke_ends_the_receive_threads_pause(ros_context):
         publisher.publish(EventPacket(encoding='evt3', seq=1))
         assert until(lambda: len(received) == 1, 10.0)  # the wait set took it at once
         publisher.publish(EventPacket(encoding='evt3', seq=2))
-        assert not until(lambda: len(received) == 2, 0.5)  # now in its 30 s pause
+        assert until(lambda: len(received) == 2, 5.0)  # after a quiet period: no pause
+        publisher.publish(EventPacket(encoding='evt3', seq=3))
+        assert not until(lambda: len(received) == 3, 0.5)  # now in its 30 s pause
         receiver.poke()
-        assert until(lambda: len(received) == 2, 5.0)
-        assert deserialize_message(received[1], EventPacket).seq == 2
+        assert until(lambda: len(received) == 3, 5.0)
+        assert [deserialize_message(raw, EventPacket).seq for raw in received] == [1, 2, 3]
     finally:
         receiver.stop()
         receiver.destroy()
