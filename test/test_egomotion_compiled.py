@@ -27,6 +27,7 @@ constant per cell both solves must give the true motion.
 """
 
 import math
+import mmap
 
 import egomotion_reference as reference
 import numpy as np
@@ -36,6 +37,7 @@ from test_egomotion import (analytic_window, angle_deg, FISHEYE, PINHOLE, PLUMB_
 from veckm_flow_ros import _egomotion
 from veckm_flow_ros.core.camera import CameraModel
 from veckm_flow_ros.core.egomotion import EgomotionConfig, EgomotionEstimator
+from veckm_flow_ros.core.pixel_map import HUGE_PAGE_BYTES, huge_page_empty
 
 # A calibration with skew (K[0, 1] != 0): pixel velocities are K2 J u, K2 not diagonal.
 SKEWED = CameraModel.from_camera_info(346, 260, [250.0, 20.0, 173.0, 0.0, 250.0, 130.0, 0.0,
@@ -305,6 +307,24 @@ def test_compiled_input_stage_names_bad_arguments(index, value, message):
     with pytest.raises(ValueError) as error:
         _egomotion.prepare(*args)
     assert message in str(error.value)
+
+
+def test_the_pixel_map_lies_on_huge_page_aligned_memory_and_small_arrays_stay_plain():
+    """core/pixel_map.py: the table's rows (huge_page_empty) and what it falls back to."""
+    table = EgomotionEstimator(PINHOLE)._input.pixel_map  # 346 x 260 x 32 bytes: 2.9 MB
+    assert table.shape == (346 * 260, 8) and table.dtype == np.float32
+    assert table.flags.c_contiguous and table.flags.writeable
+    if hasattr(mmap, 'MADV_HUGEPAGE'):  # Linux
+        assert table.ctypes.data % HUGE_PAGE_BYTES == 0
+        base = table
+        while isinstance(base, np.ndarray):
+            base = base.base
+        assert isinstance(getattr(base, 'obj', base), mmap.mmap)
+    small = huge_page_empty((1000, 8), np.float32)
+    assert small.shape == (1000, 8) and small.base is None  # a plain np.empty
+    odd = huge_page_empty((3, 1 << 20), np.float64)
+    odd[...] = 1.5
+    assert odd.shape == (3, 1 << 20) and float(odd.sum()) == 1.5 * 3 * (1 << 20)
 
 
 def test_compiled_input_stage_rejects_a_map_with_bad_cells():
