@@ -28,6 +28,8 @@ constant per cell both solves must give the true motion.
 
 import math
 import mmap
+import pathlib
+import re
 
 import egomotion_reference as reference
 import numpy as np
@@ -309,6 +311,18 @@ def test_compiled_input_stage_names_bad_arguments(index, value, message):
     assert message in str(error.value)
 
 
+def mapping_flags(address: int) -> list:
+    """The VmFlags of the memory mapping of this process that holds `address` (/proc)."""
+    inside = False
+    for line in pathlib.Path('/proc/self/smaps').read_text().splitlines():
+        if re.match(r'^[0-9a-f]+-[0-9a-f]+ ', line):
+            start, end = (int(part, 16) for part in line.split()[0].split('-'))
+            inside = start <= address < end
+        elif inside and line.startswith('VmFlags:'):
+            return line.split()[1:]
+    raise AssertionError(f'no mapping holds address {address:#x}')
+
+
 def test_the_pixel_map_lies_on_huge_page_aligned_memory_and_small_arrays_stay_plain():
     """core/pixel_map.py: the table's rows (huge_page_empty) and what it falls back to."""
     table = EgomotionEstimator(PINHOLE)._input.pixel_map  # 346 x 260 x 32 bytes: 2.9 MB
@@ -320,6 +334,10 @@ def test_the_pixel_map_lies_on_huge_page_aligned_memory_and_small_arrays_stay_pl
         while isinstance(base, np.ndarray):
             base = base.base
         assert isinstance(getattr(base, 'obj', base), mmap.mmap)
+        # The kernel's flags of the mapping: advised huge pages ('hg'), private memory (a
+        # shared anonymous mapping, 'sh', is shmem: its huge pages are a separate setting).
+        flags = mapping_flags(table.ctypes.data)
+        assert 'hg' in flags and 'sh' not in flags, flags
     small = huge_page_empty((1000, 8), np.float32)
     assert small.shape == (1000, 8) and small.base is None  # a plain np.empty
     odd = huge_page_empty((3, 1 << 20), np.float64)

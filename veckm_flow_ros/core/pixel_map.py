@@ -54,8 +54,9 @@ def huge_page_empty(shape, dtype) -> np.ndarray:
     if advice is None or nbytes < HUGE_PAGE_BYTES // 2:
         return np.empty(shape, dtype)
     try:
+        # Private: shared anonymous memory is shmem, whose huge pages are a separate setting.
         buffer = mmap.mmap(-1, -(-nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
-                           + HUGE_PAGE_BYTES)
+                           + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         buffer.madvise(advice)
     except (OSError, ValueError):
         return np.empty(shape, dtype)
