@@ -28,7 +28,8 @@ ROS_DOMAIN_ID = 100 + os.getpid() % 100
 # (scripts/test.sh). test_rclpy_compat.py checks that no such module is missing here.
 ROS_FACING_MODULES = frozenset({'test_node.py', 'test_hostile_node.py', 'test_hostile_offline.py',
                                 'test_dds_profile.py', 'test_messages.py', 'test_rclpy_compat.py',
-                                'test_egomotion_node.py', 'test_hostile_egomotion_node.py'})
+                                'test_egomotion_node.py', 'test_hostile_egomotion_node.py',
+                                'test_flow_message.py'})
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m ros` deselects by marker

@@ -312,7 +312,7 @@ def test_compiled_input_stage_names_bad_arguments(index, value, message):
 
 
 def mapping_flags(address: int) -> list:
-    """The VmFlags of the memory mapping of this process that holds `address` (/proc)."""
+    """Return the VmFlags of the memory mapping of this process holding `address` (/proc)."""
     inside = False
     for line in pathlib.Path('/proc/self/smaps').read_text().splitlines():
         if re.match(r'^[0-9a-f]+-[0-9a-f]+ ', line):

@@ -150,10 +150,11 @@ def test_entities_in_use_defer_their_destruction(receiver_factory):
 def test_the_receive_thread_pauses_between_close_messages_and_a_poke_ends_the_pause(
         ros_context):
     """
-    ros/receiver.py: a message after a quiet period longer than the receive period is taken
-    at once, and so is the next (no pause after a sparse message: it would only add a take
-    that finds nothing); after two messages closer than the period the thread pauses for
-    the period, and poke() takes what came now.
+    ros/receiver.py: no pause after a sparse message, one after close ones; poke() ends it.
+
+    A message after a quiet period longer than the receive period is taken at once, and so
+    is the next (a pause after a sparse message would only add a take that finds nothing);
+    after two messages closer than the period the thread pauses for the period.
     """
     from veckm_flow_ros.ros.receiver import SerializedReceiver
     node = rclpy.create_node('receiver_poke_probe', context=ros_context)

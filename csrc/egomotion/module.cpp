@@ -14,7 +14,8 @@
 
 // veckm_flow_ros._egomotion: a plain CPython extension (no torch, no numpy headers: arrays
 // arrive through the buffer protocol) around prepare.cpp, solve_gyro.cpp, solve_free.cpp,
-// ttc.cpp and checks.cpp, so that the egomotion node keeps not importing torch. Every
+// ttc.cpp and checks.cpp (and flow_message.cpp, which holds its own function), so that the
+// egomotion node keeps not importing torch. Every
 // argument is checked here (dtype, shape, contiguity, finite values, the cell starts and
 // input order) with a ValueError that names it. The calls keep the GIL: each takes about a millisecond or less,
 // while a thread that releases it may wait a whole switch interval (5 ms) to get it back from
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "flow_message.h"
 #include "prepare.h"
 #include "solve_free.h"
 #include "solve_gyro.h"
@@ -665,6 +667,8 @@ PyMethodDef kMethods[] = {
   {"prepare", prepare, METH_VARARGS, kPrepareDoc},
   {"time_to_contact", time_to_contact, METH_VARARGS, kTimeToContactDoc},
   {"checks", checks, METH_VARARGS, kChecksDoc},
+  {"read_flow_message", veckm_egomotion::read_flow_message_py, METH_VARARGS,
+    veckm_egomotion::kReadFlowMessageDoc},
   {nullptr, nullptr, 0, nullptr},
 };
 

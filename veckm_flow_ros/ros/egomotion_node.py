@@ -113,6 +113,7 @@ from veckm_flow_ros.stream.counters import Throttle
 from veckm_flow_ros.stream.egomotion_parameters import EGOMOTION_PARAMETERS
 from veckm_flow_ros.stream.egomotion_stream import (EgomotionStream, read_flow_cloud,
                                                     REFUSAL_COUNTERS, UNDETERMINED_COUNTERS)
+from veckm_flow_ros.stream.flow_windows import read_flow_message
 
 EXECUTABLE = 'veckm_egomotion_node'
 NODE_NAME = 'veckm_egomotion'
@@ -255,15 +256,21 @@ class EgomotionNode(Node):
         if info is not None:
             self._count_lost_flow_messages(info)
         try:
-            cloud = parse_pointcloud2_cdr(raw)
-            columns = read_flow_cloud(cloud['fields'], cloud['point_step'], cloud['data'],
-                                      cloud['is_bigendian'], cloud['width'], cloud['height'],
-                                      self.config['max_flows_per_message'])
+            # The common case in one compiled call; else the parse that names what is wrong.
+            message = read_flow_message(raw, self.config['max_flows_per_message'],
+                                        *self.stream.flow_screen())
+            if message is None:
+                cloud = parse_pointcloud2_cdr(raw)
+                message = (cloud['stamp_ns'], cloud['frame_id'], read_flow_cloud(
+                    cloud['fields'], cloud['point_step'], cloud['data'],
+                    cloud['is_bigendian'], cloud['width'], cloud['height'],
+                    self.config['max_flows_per_message']))
         except ValueError as error:
             self.stream.counters.add(bad_flow_messages=1)
             self._throttled('error', f'~/flow message ignored: {error}')
             return
-        self.stream.add_flow(cloud['stamp_ns'], columns, cloud['frame_id'])
+        stamp_ns, frame_id, columns = message
+        self.stream.add_flow(stamp_ns, columns, frame_id)
 
     def _count_lost_flow_messages(self, info: dict):
         """

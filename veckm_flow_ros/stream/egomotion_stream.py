@@ -419,6 +419,18 @@ class EgomotionStream:
             bad |= off
         return ~bad if bad.any() else None
 
+    def flow_screen(self):
+        """
+        (max_before_s, max_after_s, size) that add_flow screens the flows against now.
+
+        The arguments of read_flow_message after max_points: columns it read with them are
+        not screened again (size: (width, height) [px] of the accepted calibration or None).
+        """
+        camera = self._accepted_camera
+        windows = self.windows
+        return (windows.max_flow_age_s, windows.window_s,
+                None if camera is None else (camera.width, camera.height))
+
     def add_flow(self, stamp_ns: int, columns: FlowColumns, frame_id: str = ''):
         """Add one ~/flow message; queue the windows it closes."""
         windows = self.windows

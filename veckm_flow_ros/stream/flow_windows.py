@@ -15,6 +15,10 @@
 """
 The egomotion stream's flow input: the ~/flow cloud's columns and the windows cut from them.
 
+- read_flow_message() reads and screens a serialized ~/flow PointCloud2 in one compiled call
+  (csrc/egomotion/flow_message.cpp) where it is the common case: a message whose flows are
+  all kept. For anything else it returns None, and the caller parses the message
+  (ros/cdr.py) and reads it with read_flow_cloud(), which names what is wrong.
 - read_flow_cloud() takes the columns of a PointCloud2 by its field table: float32 x, y, t,
   u, v are required, validity or confidence (float32) is used as weight when present; other
   fields are ignored. A wrong layout is a ValueError naming the fields; a cloud of more
@@ -32,6 +36,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from veckm_flow_ros.core.egomotion_window import load_extension
 from veckm_flow_ros.stream.egomotion_input import screen_flows
 
 # sensor_msgs/msg/PointField datatype code for float32.
@@ -51,6 +56,10 @@ class FlowColumns:
     v: np.ndarray        # [px/s]
     weight: Optional[np.ndarray] = None   # validity or confidence [0..1], None without
     capped: int = 0      # points left out by read_flow_cloud's max_points
+    # (max_before_s, max_after_s, size) that read_flow_message screened every flow against
+    # (FlowWindows does not screen them again for the same), None: not screened
+    screened_for: Optional[tuple] = None
+    in_order: Optional[bool] = None  # t non-decreasing (None: not known)
 
     def __len__(self):
         return len(self.x)
@@ -93,6 +102,36 @@ def read_flow_cloud(fields, point_step: int, data, is_bigendian: bool = False,
                        capped)
 
 
+def read_flow_message(raw, max_points: Optional[int], max_before_s: float,
+                      max_after_s: float, size=None):
+    """
+    Return (stamp_ns, frame_id, FlowColumns) of a serialized ~/flow PointCloud2, or None.
+
+    The common case in one compiled call: the message is well formed, its layout is one
+    read_flow_cloud takes (float32 fields; NaN weights become 1, as there) and every flow passes
+    egomotion_input.screen_flows with these bounds (t [s] from the header stamp in
+    -max_before_s..max_after_s, size = (width, height) [px] or None); a cloud of more than
+    max_points is thinned as read_flow_cloud thins it. The columns are float32 copies,
+    marked as screened for these bounds. None for anything else: read the message with
+    ros/cdr.py's parse_pointcloud2_cdr and read_flow_cloud, which name what is wrong.
+    """
+    capacity = len(raw) // 20  # x, y, t, u, v take at least 20 bytes per point
+    if max_points is not None and max_points >= 1:
+        capacity = min(capacity, int(max_points))
+    out = np.empty((6, capacity), np.float32)
+    width, height = (0, 0) if size is None else size
+    result = load_extension().read_flow_message(
+        raw, out, 0 if max_points is None else int(max_points), -max_before_s, max_after_s,
+        width, height)
+    if result is None:
+        return None
+    stamp_ns, frame_id, count, capped, has_weight, in_order = result
+    x, y, t, u, v, weight = out[:, :count]
+    return stamp_ns, frame_id, FlowColumns(
+        x, y, t, u, v, weight if has_weight else None, capped,
+        screened_for=(max_before_s, max_after_s, size), in_order=in_order)
+
+
 @functools.lru_cache(maxsize=16)
 def _flow_dtype(fields: tuple, point_step: int, is_bigendian: bool) -> np.dtype:
     """
@@ -110,7 +149,7 @@ def _flow_dtype(fields: tuple, point_step: int, is_bigendian: bool) -> np.dtype:
                          'confidence), as veckm_flow_node publishes')
     if is_bigendian:
         raise ValueError('flow cloud is big-endian; only little-endian clouds are read')
-    if point_step <= 0:
+    if not 0 < point_step < 2**31:  # (numpy's itemsize is a C int)
         raise ValueError(f'flow cloud point_step is {point_step} bytes')
     used = list(REQUIRED_FIELDS) + [name for name in WEIGHT_FIELDS if name in table][:1]
     formats = {}
@@ -211,8 +250,12 @@ class FlowWindows:
             self.dropped_flows += self._received
             self._origin_ns = None
             self._newest_stamp_ns = stamp_ns
-        columns, self.last_refused = screen_flows(columns, self.max_flow_age_s,
-                                                  self.window_s, size)
+        size = None if size is None else tuple(size)
+        if columns.screened_for == (self.max_flow_age_s, self.window_s, size):
+            self.last_refused = {}  # read_flow_message kept every flow for these bounds
+        else:
+            columns, self.last_refused = screen_flows(columns, self.max_flow_age_s,
+                                                      self.window_s, size)
         for name, (count, _) in self.last_refused.items():
             self.refused[name] += count
         if len(columns) == 0:
@@ -231,8 +274,10 @@ class FlowWindows:
         closed = []
         values = (columns.x, columns.y, columns.u, columns.v, columns.weight)
         # The flow node's messages are in time order: then a window ends at one index
-        # (slices, no copies).
-        in_order = len(t_s) < 2 or bool((t_s[1:] >= t_s[:-1]).all())
+        # (slices, no copies). (read_flow_message's in_order compares the float32 t: where
+        # those do not decrease, neither do t + offset rounded to float64.)
+        in_order = (columns.in_order if columns.in_order is not None
+                    else len(t_s) < 2 or bool((t_s[1:] >= t_s[:-1]).all()))
         while True:
             end_s = self._start_s + self.window_s
             if in_order:
