@@ -161,7 +161,7 @@ def test_free_solve_finds_the_minimum_of_the_reference_cost():
     for camera, _, inputs in noisy_windows(6):
         estimator = EgomotionEstimator(camera, config)
         window = estimator._input.prepare(*inputs)
-        direction, omega, fit = estimator._solver.solve_free(window, None)
+        direction, omega, fit, _ = estimator._solver.solve_free(window, None)
         a, g, m, cell = window_arrays(window)
         np.testing.assert_allclose(window.robust, reference.huber(m, config.huber_scale),
                                    rtol=1e-12)
@@ -179,6 +179,37 @@ def test_free_solve_finds_the_minimum_of_the_reference_cost():
         assert angle_deg(direction, best) < MINIMUM_DEG[False], (direction, best)
 
 
+def test_without_gyro_windows_after_inaccurate_ones_leave_the_check_out_then_check_again():
+    """warm_start_windows: after inaccurate flows the accuracy check's fit is left out."""
+    rng = np.random.default_rng(8)
+    camera = PINHOLE
+    v, omega = random_motion(rng)
+    noisy = [analytic_window(camera, v, omega, noise=0.3, seed=seed)[:4] for seed in (1, 2)]
+    exact = [analytic_window(camera, v, omega, noise=0.0, outliers=0.0, seed=seed)[:4]
+             for seed in (3, 4, 5)]
+    estimator = EgomotionEstimator(camera, EgomotionConfig(warm_start_windows=2))
+    always = EgomotionEstimator(camera, EgomotionConfig(warm_start_windows=0))
+    results = []
+    for index, inputs in enumerate(noisy + exact):
+        previous = estimator._previous
+        window = estimator._input.prepare(*inputs, None)
+        cold, rotation_start = (estimator._solver.solve_free(window, previous, skip_check=skip)
+                                for skip in (False, True))
+        result = estimator.estimate(*inputs)
+        results.append(result)
+        # the first window checks; the next two leave the check out (the second's flows
+        # are exact: it takes the rotation start all the same); the fourth checks again
+        expected = rotation_start if index in (1, 2) else cold
+        np.testing.assert_array_equal(result.omega_rad_s, expected[1])
+        assert cold[3] == (index >= 2), index
+    # where the check fails anyway, leaving it out changes nothing
+    for inputs, result in zip(noisy, results):
+        np.testing.assert_array_equal(always.estimate(*inputs).omega_rad_s, result.omega_rad_s)
+    for result in results[3:]:
+        assert angle_deg(result.direction, v) < MAX_EXACT_DEG
+        assert np.linalg.norm(result.omega_rad_s - omega) < MAX_EXACT_RAD_S
+
+
 @pytest.mark.parametrize('gyro', [True, False], ids=['gyro', 'free'])
 def test_checks_match_the_reference(gyro):
     """The translation ratio, sign disagreement and accuracy check after a solve."""
@@ -194,7 +225,7 @@ def test_checks_match_the_reference(gyro):
         if gyro:
             direction, _ = estimator._solver.solve_gyro(window, omega, None, False)
         else:
-            direction, omega, _ = estimator._solver.solve_free(window, None)
+            direction, omega, _, _ = estimator._solver.solve_free(window, None)
         a, g, m, cell = window_arrays(window)
         w = window.weight * window.robust
         for d in (direction, -direction, np.array([0.6, 0.0, 0.8])):
@@ -449,19 +480,22 @@ def test_compiled_solve_rejects_empty_windows_and_sparse_positions_work():
 def free_arguments():
     """Return valid arguments of _egomotion.solve_free (the window of arguments())."""
     a_rows, g_rows, m, weight, _, starts, order, _, sphere, _, _, robust, _ = arguments()
-    return [a_rows, g_rows, m, weight, starts, order, sphere, None, robust,
+    return [a_rows, g_rows, m, weight, starts, order, sphere, None, False, robust,
             (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, 2.0, True)]
 
 
 def test_compiled_free_solve_runs_on_valid_arguments():
     args = free_arguments()
-    direction, omega, fit = _egomotion.solve_free(*args)
+    direction, omega, fit, accurate = _egomotion.solve_free(*args)
     assert abs(np.linalg.norm(direction) - 1.0) < 1e-12
     assert all(math.isfinite(value) for value in omega) and math.isfinite(fit)
-    assert np.all((args[8] > 0) & (args[8] <= 1))
+    assert isinstance(accurate, bool)
+    assert np.all((args[9] > 0) & (args[9] <= 1))
     # a previous direction is one more start of the coarse search
     args[7] = np.array(direction)
     assert all(math.isfinite(value) for value in _egomotion.solve_free(*args)[0])
+    args[8] = True  # the rotation start without the accuracy check's fit
+    assert _egomotion.solve_free(*args)[3] is False
 
 
 @pytest.mark.parametrize('index, value, message', [
@@ -474,14 +508,14 @@ def test_compiled_free_solve_runs_on_valid_arguments():
     (5, np.arange(50, dtype=np.int64) % 49, 'solve_free: input_order must hold distinct '
      'non-negative positions, got 0 twice'),
     (7, np.array([0.0, np.inf, 1.0]), 'solve_free: previous must be finite, got inf'),
-    (8, np.frombuffer(bytes(400)), 'solve_free: robust_out must be a writable C-contiguous'),
-    (9, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3, 2.0, True),
+    (9, np.frombuffer(bytes(400)), 'solve_free: robust_out must be a writable C-contiguous'),
+    (10, (5, 2, 2.0, 0, 0.3, True, 0.07, 300.0, 0.3, 2.0, True),
      'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3, 2.0, True),
+    (10, (5, 2, 2.0, 1000, 0.3, True, 0.07, -1.0, 0.3, 2.0, True),
      'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3, 2.0, True),
+    (10, (5, 2, 2.0, 1000, 0.3, True, np.nan, 300.0, 0.3, 2.0, True),
      'solve_free: settings out of range'),
-    (9, (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, np.nan, True),
+    (10, (5, 2, 2.0, 1000, 0.3, True, 0.07, 300.0, 0.3, np.nan, True),
      'solve_free: settings out of range'),
 ], ids=['nan', 'float32', 'shape', 'starts-order', 'order-repeat', 'previous-inf', 'read-only',
         'sign-flows', 'prior-weight', 'residual-nan', 'cell-scale'])

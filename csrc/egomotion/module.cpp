@@ -320,9 +320,12 @@ PyObject * solve_gyro(PyObject *, PyObject * args)
 
 const char kSolveFreeDoc[] =
   "solve_free(a_rows, g_rows, m, weight, starts, input_order, half_sphere, previous,\n"
-  "           robust_out, settings) -> (direction (3 floats), omega (3 floats), fit)\n\n"
+  "           skip_check, robust_out, settings)\n"
+  "  -> (direction (3 floats), omega (3 floats), fit, accurate)\n\n"
   "The solve without a gyroscope of EgomotionEstimator (egomotion_solve.py) for one\n"
-  "window sorted by depth cell; the arrays as for solve_gyro, omega in rad/s; settings:\n"
+  "window sorted by depth cell; the arrays as for solve_gyro, omega in rad/s; skip_check:\n"
+  "with the rotation start, leave the accuracy check's fit out; accurate: the joint least\n"
+  "squares passed the check; settings:\n"
   "(refine_steps, robust_iterations, huber_scale, sign_flows, rotation_error, rotation_start,\n"
   "rotation_start_residual, rotation_prior_weight, coarse_step_rad, cell_huber_scale,\n"
   "affine_depth). Raises ValueError naming a bad argument.";
@@ -331,11 +334,12 @@ PyObject * solve_free(PyObject *, PyObject * args)
 {
   PyObject * objects[9];
   veckm_egomotion::FreeSettings settings{};
-  int rotation_start = 0, affine_depth = 0;
+  int rotation_start = 0, affine_depth = 0, skip_check = 0;
   long long sign_flows = 0;  // NOLINT(runtime/int): the "L" format's type
   if (!PyArg_ParseTuple(
-      args, "OOOOOOOOO(iidLdpddddp):solve_free", &objects[0], &objects[1], &objects[2],
-      &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &objects[8],
+      args, "OOOOOOOOpO(iidLdpddddp):solve_free", &objects[0], &objects[1], &objects[2],
+      &objects[3], &objects[4], &objects[5], &objects[6], &objects[7], &skip_check,
+      &objects[8],
       &settings.refine_steps, &settings.robust_iterations, &settings.huber_scale, &sign_flows,
       &settings.rotation_error, &rotation_start, &settings.rotation_start_residual,
       &settings.rotation_prior_weight, &settings.coarse_step_rad, &settings.cell_huber_scale,
@@ -359,7 +363,7 @@ PyObject * solve_free(PyObject *, PyObject * args)
       PyExc_ValueError, "solve_free: settings out of range (refine_steps 0..20, "
       "robust_iterations 0..10, huber_scale > 0, sign_flows >= 1, finite rotation_error, "
       "finite rotation_start_residual and rotation_prior_weight >= 0, coarse_step_rad > 0, "
-      "finite cell_huber_scale >= 0), got %R", PyTuple_GET_ITEM(args, 9));
+      "finite cell_huber_scale >= 0), got %R", PyTuple_GET_ITEM(args, 10));
     return nullptr;
   }
   WindowArrays arrays;
@@ -371,11 +375,12 @@ PyObject * solve_free(PyObject *, PyObject * args)
     arrays.starts.i64(), arrays.starts.size(0), arrays.input_order.i64(), arrays.count};
   double direction[3], omega[3];
   double fit = 0.0;
-  veckm_egomotion::solve_free(
+  const bool accurate = veckm_egomotion::solve_free(
     window, arrays.half_sphere.f64(), arrays.half_sphere.size(0), arrays.previous_or_null(),
-    settings, direction, omega, &fit, arrays.robust.f64_mut());
+    skip_check != 0, settings, direction, omega, &fit, arrays.robust.f64_mut());
   return Py_BuildValue(
-    "(ddd)(ddd)d", direction[0], direction[1], direction[2], omega[0], omega[1], omega[2], fit);
+    "(ddd)(ddd)dO", direction[0], direction[1], direction[2], omega[0], omega[1], omega[2],
+    fit, accurate ? Py_True : Py_False);
 }
 
 // One 1-D input column of any numeric dtype (strided views too), held while in use.

@@ -291,7 +291,10 @@ public:
     n_(window.count), robust_(n_, 1.0), fit_weight_(n_), r_(n_), residual_(n_),
     factors_(n_, 1.0) {}
 
-  void solve(double direction_out[3], double omega_out[3], double * fit_out)
+  // skip_check: with the rotation start, leave the accuracy check's fit out and take the
+  // rotation start (the caller decides, EgomotionEstimator._solve_free). Returns whether the
+  // joint least squares passed the accuracy check (false where it did not run).
+  bool solve(bool skip_check, double direction_out[3], double omega_out[3], double * fit_out)
   {
     Fit fitted;
     bool done = false, refine = false;
@@ -305,11 +308,13 @@ public:
     // The accuracy check's limit: the joint least squares serve where the flows are accurate
     // enough (accurate()), and only there are they refined with affine depths.
     limit_ = s_.rotation_start_residual * median_magnitude_;
+    bool accurate = false;
     if (!s_.rotation_start) {
       done = fit_free(nullptr, nullptr, false, fitted, s_.affine_depth, &refine);
-    } else {
+    } else if (!skip_check) {
       // Else the rotation-only fit stands in for a gyroscope in the sign vote for the start.
       done = fit_free(nullptr, nullptr, true, fitted, s_.affine_depth, &refine);
+      accurate = done;
     }
     if (!done) {
       const Vec3 rotation = rotation_only();
@@ -349,6 +354,7 @@ public:
     }
     std::copy(fitted.direction.begin(), fitted.direction.end(), direction_out);
     std::copy(fitted.omega.begin(), fitted.omega.end(), omega_out);
+    return accurate;
   }
 
   // The final Huber weights without the cell factors (time to contact, inliers).
@@ -592,14 +598,15 @@ private:
 
 }  // namespace
 
-void solve_free(
+bool solve_free(
   const Window & window, const double * half_sphere, int64_t num_half,
-  const double * previous, const FreeSettings & settings, double direction[3], double omega[3],
-  double * fit, double * robust)
+  const double * previous, bool skip_check, const FreeSettings & settings, double direction[3],
+  double omega[3], double * fit, double * robust)
 {
   FreeSolver solver(window, half_sphere, num_half, previous, settings);
-  solver.solve(direction, omega, fit);
+  const bool accurate = solver.solve(skip_check, direction, omega, fit);
   solver.huber_only(robust);
+  return accurate;
 }
 
 }  // namespace veckm_egomotion

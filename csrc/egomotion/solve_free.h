@@ -43,12 +43,14 @@ struct FreeSettings {
 };
 
 // The solve of one window. half_sphere (num_half, 3) the coarse grid's directions with
-// z >= 0; previous (3,) the last window's direction or nullptr. Writes the unit direction
-// (3,), omega (3,) [rad/s, camera frame], the explained share `fit` and the final Huber
-// weights robust (count,).
-void solve_free(const Window & window, const double * half_sphere, int64_t num_half,
-                const double * previous, const FreeSettings & settings, double direction[3],
-                double omega[3], double * fit, double * robust);
+// z >= 0; previous (3,) the last window's direction or nullptr; skip_check: with the rotation
+// start, leave the accuracy check's fit out (the caller keeps the count of windows in a row
+// that do). Writes the unit direction (3,), omega (3,) [rad/s, camera frame], the explained
+// share `fit` and the final Huber weights robust (count,); returns whether the joint least
+// squares passed the accuracy check (false where it did not run).
+bool solve_free(const Window & window, const double * half_sphere, int64_t num_half,
+                const double * previous, bool skip_check, const FreeSettings & settings,
+                double direction[3], double omega[3], double * fit, double * robust);
 
 }  // namespace veckm_egomotion
 

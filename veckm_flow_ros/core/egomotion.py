@@ -98,7 +98,10 @@ class EgomotionEstimator:
         self._input = InputStage(camera, self.config, extension)
         self._solver = Solver(self.config, extension)
         self._previous = None  # the last window's direction: one more start of the search
-        self._warm_windows = 0  # windows in a row started from _previous (gyro mode)
+        self._warm_windows = 0  # windows in a row that relied on the previous one
+        # without a gyroscope: whether the last window's flows passed the accuracy check
+        # (None: not solved)
+        self._previous_accurate = None
         self._bias = GyroBiasTracker(self.config.gyro_bias_windows,
                                      self.config.gyro_bias_prior_rad_s,
                                      self.config.max_gyro_bias_rad_s)
@@ -107,6 +110,7 @@ class EgomotionEstimator:
         """Forget the previous window's direction (after a time jump or a new camera)."""
         self._previous = None
         self._warm_windows = 0
+        self._previous_accurate = None
         self._bias.reset()
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
@@ -131,6 +135,7 @@ class EgomotionEstimator:
                                  f'{gyro.size}')
             if not _finite(gyro):
                 gyro = None
+        previous_accurate, self._previous_accurate = self._previous_accurate, None
         window = self._input.prepare(x_px, y_px, u_px_s, v_px_s, weight)
         result = self._empty(t_s, 0 if window is None else len(window), gyro)
         result.undetermined = 'too_few_flows'
@@ -142,7 +147,8 @@ class EgomotionEstimator:
             result.gyro_bias_rad_s = self._bias.bias_rad_s
             direction, omega, fit = self._solve_gyro(window, gyro - result.gyro_bias_rad_s)
         else:
-            direction, omega, fit = self._solve_free(window)
+            direction, omega, fit, self._previous_accurate = self._solve_free(
+                window, previous_accurate)
         result.omega_rad_s = omega
         result.translation_fit = fit
         self._previous = direction if fit >= config.min_translation_fit else None
@@ -199,13 +205,23 @@ class EgomotionEstimator:
         direction, fit = self._solver.solve_gyro(window, omega, previous, warm)
         return direction, omega.copy(), fit
 
-    def _solve_free(self, window, least_squares=False):
-        """Direction and omega together: (direction, omega, explained share); see Solver."""
-        return self._solver.solve_free(window, self._previous, least_squares)
+    def _solve_free(self, window, previous_accurate):
+        """Direction and omega together: (direction, omega, share, accurate); see Solver."""
+        # The flows' accuracy does not change from one window to the next: after windows whose
+        # flows failed the accuracy check, up to warm_start_windows in a row leave the check's
+        # fit out (the rotation start directly), then one checks again.
+        config = self.config
+        skip = (config.rotation_start and previous_accurate is False
+                and self._warm_windows < config.warm_start_windows)
+        self._warm_windows = self._warm_windows + 1 if skip else 0
+        direction, omega, fit, accurate = self._solver.solve_free(window, self._previous,
+                                                                  skip_check=skip)
+        return direction, omega, fit, accurate
 
     def _measure_bias(self, window, gyro):
         """One bias measurement from the joint least squares where they fit (GyroBiasTracker)."""
-        direction, omega, _ = self._solve_free(window, least_squares=True)
+        direction, omega, _, _ = self._solver.solve_free(window, self._previous,
+                                                         least_squares=True)
         if _finite(direction) and self._solver.checks(window, direction, omega, False,
                                                       accuracy=True)[2]:
             covariance = omega_covariance(

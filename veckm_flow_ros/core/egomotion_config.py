@@ -86,12 +86,14 @@ class EgomotionConfig:
     #                                 rad/s (0.058 at 300) where the flows' error is the fit's
     #                                 residual [s^2/rad^2]; 0: the joint least squares alone,
     #                                 [0, 1e6]
-    warm_start_windows: int = 10    # with a gyroscope and the sign start: up to this many
-    #                                 windows in a row start from the previous window's
+    warm_start_windows: int = 10    # up to this many windows in a row rely on the
+    #                                 previous one, then one window is searched in full: with
+    #                                 a gyroscope and the sign start, they start from its
     #                                 direction (local searches; the global least-squares
-    #                                 check only when the fit ends > 5 deg from it), then one
-    #                                 window is searched in full; 0: every window in full,
-    #                                 0..1000
+    #                                 check only when the fit ends > 5 deg from it); without,
+    #                                 with the rotation start, after a window whose flows
+    #                                 failed the accuracy check they leave the check out;
+    #                                 0: every window in full, 0..1000
     gyro_bias_windows: int = 10     # with a gyroscope: every this many windows (and the
     #                                 first 4) the joint least squares of omega and direction
     #                                 run too; where they fit the flows (the accuracy check

@@ -73,25 +73,28 @@ class Solver:
         window.robust = robust
         return np.array(direction), fit
 
-    def solve_free(self, window, previous, least_squares=False):
+    def solve_free(self, window, previous, least_squares=False, skip_check=False):
         """
-        Direction and omega together: (unit direction (3,), omega (3,) [rad/s], share).
+        Direction and omega together: (unit direction (3,), omega (3,) [rad/s], share, accurate).
 
         previous: one more start of the coarse search, or None. least_squares: the joint
         least squares alone (no rotation start, whatever config.rotation_start says).
+        skip_check: with the rotation start, leave the accuracy check's fit out and take the
+        rotation start. accurate: the joint least squares passed the accuracy check (False
+        where it did not run).
         """
         config = self.config
         robust = np.empty(len(window))
-        direction, omega, fit = self._extension.solve_free(
+        direction, omega, fit, accurate = self._extension.solve_free(
             window.a_rows, window.g_rows, window.m, window.weight, window.starts,
-            window.input_order, self.half_sphere, previous, robust,
+            window.input_order, self.half_sphere, previous, skip_check, robust,
             (config.refine_steps, config.robust_iterations, config.huber_scale,
              config.sign_flows, config.rotation_error,
              bool(config.rotation_start) and not least_squares,
              config.rotation_start_residual, config.rotation_prior_weight,
              self.coarse_step_rad, config.cell_huber_scale, bool(config.affine_depth)))
         window.robust = robust
-        return np.array(direction), np.array(omega), fit
+        return np.array(direction), np.array(omega), fit, accurate
 
     def time_to_contact(self, window, direction, omega):
         """Time to contact per region [s], (rows, cols) float32, NaN where undetermined."""
