@@ -210,6 +210,25 @@ def test_without_gyro_windows_after_inaccurate_ones_leave_the_check_out_then_che
         assert np.linalg.norm(result.omega_rad_s - omega) < MAX_EXACT_RAD_S
 
 
+def test_solves_without_gyro_in_between_leave_the_gyro_modes_warm_count_alone():
+    """The node's gyroscope check solves single windows without it between gyro windows."""
+    rng = np.random.default_rng(9)
+    v, omega = random_motion(rng)
+    windows = [analytic_window(PINHOLE, v, omega, seed=seed)[:4] for seed in range(14)]
+    counts = {}
+    for interleaved in (False, True):
+        estimator = EgomotionEstimator(PINHOLE, EgomotionConfig(warm_start_windows=4))
+        counts[interleaved] = []
+        for index, inputs in enumerate(windows):
+            if interleaved and index % 2:
+                estimator.estimate(*inputs)  # without the gyroscope
+            estimator.estimate(*inputs, omega_rad_s=omega)
+            counts[interleaved].append(estimator._warm_windows)
+    # every fifth window searched in full, with or without the solves in between
+    assert counts[False] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3]
+    assert counts[True] == counts[False]
+
+
 @pytest.mark.parametrize('gyro', [True, False], ids=['gyro', 'free'])
 def test_checks_match_the_reference(gyro):
     """The translation ratio, sign disagreement and accuracy check after a solve."""

@@ -98,10 +98,13 @@ class EgomotionEstimator:
         self._input = InputStage(camera, self.config, extension)
         self._solver = Solver(self.config, extension)
         self._previous = None  # the last window's direction: one more start of the search
-        self._warm_windows = 0  # windows in a row that relied on the previous one
-        # without a gyroscope: whether the last window's flows passed the accuracy check
-        # (None: not solved)
+        self._warm_windows = 0  # windows in a row started from _previous (gyro mode)
+        # Without a gyroscope: whether the last window's flows passed the accuracy check
+        # (None: not solved without one), and the windows in a row that left the check out.
+        # (The node's gyroscope check solves single windows without it in between: they
+        # must not touch the gyro mode's count.)
         self._previous_accurate = None
+        self._unchecked_windows = 0
         self._bias = GyroBiasTracker(self.config.gyro_bias_windows,
                                      self.config.gyro_bias_prior_rad_s,
                                      self.config.max_gyro_bias_rad_s)
@@ -111,6 +114,7 @@ class EgomotionEstimator:
         self._previous = None
         self._warm_windows = 0
         self._previous_accurate = None
+        self._unchecked_windows = 0
         self._bias.reset()
 
     def estimate(self, x_px, y_px, u_px_s, v_px_s, weight=None, omega_rad_s=None,
@@ -212,8 +216,8 @@ class EgomotionEstimator:
         # fit out (the rotation start directly), then one checks again.
         config = self.config
         skip = (config.rotation_start and previous_accurate is False
-                and self._warm_windows < config.warm_start_windows)
-        self._warm_windows = self._warm_windows + 1 if skip else 0
+                and self._unchecked_windows < config.warm_start_windows)
+        self._unchecked_windows = self._unchecked_windows + 1 if skip else 0
         direction, omega, fit, accurate = self._solver.solve_free(window, self._previous,
                                                                   skip_check=skip)
         return direction, omega, fit, accurate
