@@ -218,9 +218,7 @@ class EgomotionEstimator:
         skip = (config.rotation_start and previous_accurate is False
                 and self._unchecked_windows < config.warm_start_windows)
         self._unchecked_windows = self._unchecked_windows + 1 if skip else 0
-        direction, omega, fit, accurate = self._solver.solve_free(window, self._previous,
-                                                                  skip_check=skip)
-        return direction, omega, fit, accurate
+        return self._solver.solve_free(window, self._previous, skip_check=skip)
 
     def _measure_bias(self, window, gyro):
         """One bias measurement from the joint least squares where they fit (GyroBiasTracker)."""
