@@ -188,6 +188,56 @@ def test_the_receive_thread_pauses_between_close_messages_and_a_poke_ends_the_pa
         node.destroy_node()
 
 
+@pytest.mark.parametrize('messages_keep_coming', [False, True])
+def test_the_receive_thread_runs_the_qos_event_callbacks(ros_context, messages_keep_coming):
+    """
+    ros/receiver.py: a QoS event reaches its callback within about a second, with or without
+    messages.
+
+    The event handlers join the thread's wait set only once per EVENTS_PERIOD_S: a best-effort
+    publisher on the reliable subscription ('requested incompatible QoS') is reported while
+    nothing else comes, and while a compatible publisher sends a message every 20 ms (each
+    one waking the thread, which then waits without the handlers).
+    """
+    from veckm_flow_ros.ros.receiver import EVENTS_PERIOD_S, SerializedReceiver
+    events = []
+    node = rclpy.create_node('receiver_events_probe', context=ros_context)
+    subscription = node.create_subscription(
+        EventPacket, TOPIC, lambda raw: None, RELIABLE, raw=True,
+        callback_group=OwnThreadCallbackGroup(),
+        event_callbacks=SubscriptionEventCallbacks(incompatible_qos=events.append))
+    received = []
+    receiver = SerializedReceiver(node, subscription, EventPacket, received.append, 0.005,
+                                  TOPIC, 'test', name='events_test')
+    receiver.start()
+    try:
+        if messages_keep_coming:
+            publisher = node.create_publisher(EventPacket, TOPIC, RELIABLE)
+            deadline = time.monotonic() + 10.0
+            while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            for seq in range(25):  # 0.5 s of messages before the incompatible publisher
+                publisher.publish(EventPacket(encoding='evt3', seq=seq))
+                time.sleep(0.02)
+        node.create_publisher(EventPacket, TOPIC, BEST_EFFORT)
+        start_s = time.monotonic()
+        seq = 100
+        while not events and time.monotonic() - start_s < 10.0:
+            if messages_keep_coming:
+                publisher.publish(EventPacket(encoding='evt3', seq=seq))
+                seq += 1
+            time.sleep(0.02)
+        assert events and events[0].last_policy_kind == QoSPolicyKind.RELIABILITY
+        # Discovery takes a moment; the handlers are looked at once per period after it.
+        assert time.monotonic() - start_s < 3 * EVENTS_PERIOD_S + 2.0
+        if messages_keep_coming:
+            assert len(received) >= 25
+    finally:
+        receiver.stop()
+        receiver.destroy()
+        node.destroy_node()
+
+
 ROS_FACING = re.compile(r'\b(rclpy|event_camera_msgs|sensor_msgs|std_msgs|diagnostic_msgs|'
                         r'FASTDDS_|FASTRTPS_|veckm_flow_ros\.ros\b|veckm_flow_node)')
 # Modules that name ROS but touch none of it: launch argument tables (plain data; ROS launch

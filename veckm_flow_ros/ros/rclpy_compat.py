@@ -33,7 +33,6 @@ one known difference is that Humble's event handlers are rclpy.qos_event.QoSEven
 module was renamed rclpy.event_handler later).
 """
 
-import contextlib
 
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
@@ -62,20 +61,39 @@ def make_wait_set(context, num_subscriptions: int, num_guard_conditions: int,
                           context.handle)
 
 
-@contextlib.contextmanager
-def entities_in_use(subscription, guard_condition, handlers):
+class entities_in_use:  # noqa: N801 - used as a function: `with entities_in_use(...)`
     """
     Keep the rcl objects of a subscription, a guard condition and event handlers alive.
 
     Within the block, destroying them (node.destroy_subscription, node shutdown) waits until
     the block ends, as in rclpy's executor: their handles (and the handlers, which forward to
     their event handles) are context managers counting uses. Raises rclpy's InvalidHandle when
-    one of them is already destroyed. Tested on Kilted rclpy 9.1.2 and Jazzy rclpy 7.1.6.
+    one of them is already destroyed (those entered before are released). One object can be
+    entered again and again: a receive loop builds it once (a plain class: an ExitStack in a
+    generator cost ~0.1 ms per wake-up on the 2-core VM). Tested on Kilted rclpy 9.1.2 and
+    Jazzy rclpy 7.1.6.
     """
-    with contextlib.ExitStack() as in_use:
-        for entity in (subscription.handle, guard_condition.handle, *handlers):
-            in_use.enter_context(entity)
-        yield
+
+    def __init__(self, subscription, guard_condition, handlers):
+        self._entities = (subscription.handle, guard_condition.handle, *handlers)
+
+    def __enter__(self):
+        entered = 0
+        try:
+            for entity in self._entities:
+                entity.__enter__()
+                entered += 1
+        except BaseException:
+            self._exit(entered, None, None, None)
+            raise
+
+    def __exit__(self, kind, value, traceback):
+        self._exit(len(self._entities), kind, value, traceback)
+        return False
+
+    def _exit(self, count, kind, value, traceback):
+        for entity in reversed(self._entities[:count]):
+            entity.__exit__(kind, value, traceback)
 
 
 def wait(wait_set, subscription, guard_condition, handlers, timeout_ns: int):

@@ -102,23 +102,36 @@ class SerializedReceiver:
                 else rclpy_compat.take_serialized)
         try:
             wait_set = rclpy_compat.make_wait_set(context, 1, 1, len(handlers))
-            waited_s = taken_s = -float('inf')
+            in_use = rclpy_compat.entities_in_use(subscription, wake, ())
+            in_use_with_events = rclpy_compat.entities_in_use(subscription, wake, handlers)
+            events_s = taken_s = -float('inf')
+            sparse = False
             while not self._stop.is_set() and context.ok():
                 # At a steady rate the messages are there after each pause: take them without
                 # the wait set (an rcl wait with Fast DDS costs ~0.3-0.6 ms of CPU per wake-up
                 # on the 2-core VM: 6 % of a core for an IMU taken every 10 ms). The wait set
                 # serves when nothing came, and at least every EVENTS_PERIOD_S for the QoS
-                # events.
+                # events. After a sparse message the subscription was emptied just now: no
+                # take before the wait.
                 woke_s = time.monotonic()
-                with subscription.handle:
-                    count = self._take_all(take)
+                count = 0
+                if not sparse:
+                    with subscription.handle:
+                        count = self._take_all(take)
                 sparse = False
-                if not count or woke_s - waited_s >= EVENTS_PERIOD_S:
-                    with rclpy_compat.entities_in_use(subscription, wake, handlers):
-                        rclpy_compat.wait(wait_set, subscription, wake, handlers,
+                events_due = woke_s - events_s >= EVENTS_PERIOD_S
+                if not count or events_due:
+                    # The event handlers join the wait set only when due (once a second):
+                    # their bookkeeping is most of a wait's Python, paid per message where
+                    # each message wakes the thread.
+                    with in_use_with_events if events_due else in_use:
+                        rclpy_compat.wait(wait_set, subscription, wake,
+                                          handlers if events_due else (),
                                           RECEIVE_WAIT_NS if not count else 0)
-                        waited_s = woke_s = time.monotonic()
-                        rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
+                        woke_s = time.monotonic()
+                        if events_due:
+                            rclpy_compat.run_ready_event_callbacks(wait_set, handlers)
+                            events_s = woke_s
                         taken = self._take_all(take)
                     # Messages further apart than the period (the flow node's clouds, 12-32
                     # ms): a pause would only add a take that finds nothing before the next
