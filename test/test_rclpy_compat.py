@@ -191,8 +191,7 @@ def test_the_receive_thread_pauses_between_close_messages_and_a_poke_ends_the_pa
 @pytest.mark.parametrize('messages_keep_coming', [False, True])
 def test_the_receive_thread_runs_the_qos_event_callbacks(ros_context, messages_keep_coming):
     """
-    ros/receiver.py: a QoS event reaches its callback within about a second, with or without
-    messages.
+    ros/receiver.py: a QoS event reaches its callback, with or without messages.
 
     The event handlers join the thread's wait set only once per EVENTS_PERIOD_S: a best-effort
     publisher on the reliable subscription ('requested incompatible QoS') is reported while
