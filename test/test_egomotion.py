@@ -189,8 +189,12 @@ def test_without_gyro_accurate_flows_keep_the_least_squares():
                                     outliers=0.0, seed=2, depth=lambda x, y: depth)
     result = EgomotionEstimator(PINHOLE).estimate(x, y, u, w)
     assert angle_deg(result.direction, v) < 3.0
-    forced = EgomotionEstimator(PINHOLE, EgomotionConfig(rotation_start_residual=0.0))
+    forced = EgomotionEstimator(PINHOLE, EgomotionConfig(rotation_start_residual=0.0,
+                                                         max_sign_disagreement=1.0))
     assert angle_deg(forced.estimate(x, y, u, w).direction, v) > 20.0
+    # ... and that wrong heading's derotated flows contradict it in sign: no heading.
+    forced = EgomotionEstimator(PINHOLE, EgomotionConfig(rotation_start_residual=0.0))
+    assert forced.estimate(x, y, u, w).undetermined == 'signs_disagree'
     # The rotation start itself (forced: rotation_start_residual 0) on accurate flows of a
     # forward motion, where the rotation-only fit is close: nearly as accurate (measured 1.3
     # deg, omega 4.8 %; the least squares 1.0 deg, 2.8 %).
@@ -259,8 +263,9 @@ def test_without_gyro_biased_flows_take_the_rotation_start():
         v, omega = 0.8 * d / np.linalg.norm(d), rng.normal(size=3) * 0.3
         x, y, u, w = biased_window(PINHOLE, v, omega, seed)
         for start in (True, False):
-            result = EgomotionEstimator(PINHOLE, EgomotionConfig(rotation_start=start)).estimate(
-                x, y, u, w)
+            # The two solves' answers compared: no sign check (it leaves out half of them).
+            result = EgomotionEstimator(PINHOLE, EgomotionConfig(
+                rotation_start=start, max_sign_disagreement=1.0)).estimate(x, y, u, w)
             errors[start].append(angle_deg(result.direction, v))
             omega_errors[start].append(np.linalg.norm(result.omega_rad_s - omega)
                                        / np.linalg.norm(omega))
@@ -269,6 +274,30 @@ def test_without_gyro_biased_flows_take_the_rotation_start():
     assert errors[True] != errors[False]  # the flows are too inaccurate for the least squares
     assert np.median(errors[True]) < 0.8 * np.median(errors[False]), errors
     assert np.median(omega_errors[True]) < 0.6 * np.median(omega_errors[False]), omega_errors
+
+
+def test_without_gyro_a_translation_taken_for_a_rotation_gives_no_heading():
+    """
+    Sideways motion, biased magnitudes, no gyroscope: no confident wrong heading.
+
+    The rotation start's rotation-only fit takes most of a lateral translation for a
+    rotation; where it still returns a heading (49-66 deg off, measured 2026-11-29), the
+    derotated flows' signs contradict it: `signs_disagree`, as with a gyroscope.
+    """
+    flagged = 0
+    for seed in range(12):
+        rng = np.random.default_rng(200 + seed)
+        v = np.array([0.8 * rng.choice([-1, 1]), rng.normal(0, 0.2), 0.2])
+        x, y, u, w = biased_window(PINHOLE, v, rng.normal(size=3) * 0.1, seed)
+        unchecked = EgomotionEstimator(PINHOLE, EgomotionConfig(
+            max_sign_disagreement=1.0)).estimate(x, y, u, w)
+        result = EgomotionEstimator(PINHOLE).estimate(x, y, u, w)
+        assert result.undetermined in ('rotation_dominated', 'signs_disagree')
+        assert np.all(np.isnan(result.direction)) and np.all(np.isfinite(result.omega_rad_s))
+        if result.undetermined == 'signs_disagree':
+            flagged += 1
+            assert angle_deg(unchecked.direction, v) > 40.0
+    assert flagged >= 4
 
 
 def test_foe_and_time_to_contact_of_an_approach():

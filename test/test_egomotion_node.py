@@ -610,6 +610,9 @@ CHAIN_DURATION_S = 0.3
 # simulator: 20.7 and 63.9 deg.) A backwards direction (z flipped) gives ~160 deg; the
 # exact-flow tests above catch x or y flips.
 CHAIN_BOUND_DEG = {True: 10.0, False: 15.0}
+# Share of the windows with a heading (measured 2026-11-29: 9 of 9 with the gyroscope, 8 of 9
+# without).
+CHAIN_MIN_HEADINGS = {True: 0.9, False: 0.6}
 
 
 @pytest.fixture(scope='module')
@@ -627,8 +630,12 @@ def test_chained_on_a_simulated_recording(ros_context, approach_sequence, use_im
     records = run_chain(ros_context, sequence, use_imu=use_imu)
     # Every full 30 ms window of flow gives a twist (the last one stays open).
     assert len(records.t_s) >= int(CHAIN_DURATION_S / 0.03) - 2
-    assert np.allclose(np.linalg.norm(records.direction, axis=1), 1.0)
-    errors = direction_errors_deg(sequence, records)
+    # A unit direction, or NaN where the window's flow signs contradict its heading
+    # (signs_disagree: 1 of 9 windows without the gyroscope, 2026-11-29).
+    heading = np.all(np.isfinite(records.direction), axis=1)
+    assert np.allclose(np.linalg.norm(records.direction[heading], axis=1), 1.0)
+    assert np.count_nonzero(heading) >= CHAIN_MIN_HEADINGS[use_imu] * len(heading)
+    errors = direction_errors_deg(sequence, records)[heading]
     bound_deg = CHAIN_BOUND_DEG[use_imu]
     assert np.median(errors) < bound_deg, np.round(errors, 1)
     _, omega = sequence.twist_at(records.t_s)

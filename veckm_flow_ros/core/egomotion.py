@@ -160,15 +160,16 @@ class EgomotionEstimator:
         result.undetermined = 'translation_unexplained'
         if fit < config.min_translation_fit or not _finite(direction):
             return result
-        ratio, share, _ = self._solver.checks(window, direction, omega, gyro is not None)
+        ratio, share, _ = self._solver.checks(window, direction, omega, signs=True)
         result.translation_ratio = ratio
         if ratio < config.min_translation_ratio:
             result.undetermined = 'rotation_dominated'
             return result
-        if gyro is not None and share > config.max_sign_disagreement:
-            # The sign start trusts the derotated flows' signs; where many contradict the
-            # answer, the answer rests on the flow magnitudes alone (a false least-squares
-            # minimum can sit far from the truth): no heading, and no warm start from it.
+        if share > config.max_sign_disagreement:
+            # Cheirality: the derotated flows' signs follow the heading. Where many contradict
+            # the answer, it rests on the flow magnitudes alone (a false least-squares minimum,
+            # or without a gyroscope a rotation-only fit that took a translation for a
+            # rotation): no heading, and no warm start from it.
             self._previous = None
             result.undetermined = 'signs_disagree'
             return result
@@ -224,7 +225,7 @@ class EgomotionEstimator:
         """One bias measurement from the joint least squares where they fit (GyroBiasTracker)."""
         direction, omega, _, _ = self._solver.solve_free(window, self._previous,
                                                          least_squares=True)
-        if _finite(direction) and self._solver.checks(window, direction, omega, False,
+        if _finite(direction) and self._solver.checks(window, direction, omega, signs=False,
                                                       accuracy=True)[2]:
             covariance = omega_covariance(
                 window.a, window.g, window.m, window.weight * window.robust, window.starts,

@@ -122,12 +122,14 @@ class EgomotionConfig:
     #                                 share of the rotational (medians over the flows) ->
     #                                 direction NaN, undetermined 'rotation_dominated'; 0:
     #                                 off, [0, 1]
-    max_sign_disagreement: float = 0.1  # with a gyroscope: the share of the sign vote's
-    #                                 weight whose derotated flow's sign contradicts the
-    #                                 answer's cheirality above this -> direction NaN,
-    #                                 undetermined 'signs_disagree' (flows whose signs do not
-    #                                 support the heading: the flow model's wrong signs and
-    #                                 magnitude errors); 1: off, [0, 1]
+    max_sign_disagreement: float = 0.1  # the share of the sign vote's weight (with or
+    #                                 without a gyroscope) whose derotated flow's sign
+    #                                 contradicts the answer's cheirality above this ->
+    #                                 direction NaN, undetermined 'signs_disagree' (flows
+    #                                 whose signs do not support the heading: the flow
+    #                                 model's wrong signs and magnitude errors, or without
+    #                                 a gyroscope a translation taken for a rotation); 1:
+    #                                 off, [0, 1]
 
     def check(self) -> 'EgomotionConfig':
         """Return self, or raise ValueError naming the first value out of its range."""

@@ -107,22 +107,23 @@ class Solver:
             (rows, cols, config.min_ttc_flows, config.ttc_neighbour_weight))
         return grid
 
-    def checks(self, window, direction, omega, gyro, accuracy=False):
+    def checks(self, window, direction, omega, signs, accuracy=False):
         """
         Check a solve's answer (direction (3,), omega (3,) [rad/s]) (checks.cpp).
 
-        gyro: whether omega came from a gyroscope (then the sign disagreement is computed);
-        accuracy: also the accuracy check (the gyroscope-bias measurement's). Returns
-        (translation_ratio, sign_disagreement, accurate): the median |fitted translational
-        normal flow| over the median |rotational|; the share of the sign vote's weight that
-        contradicts the direction's cheirality (0 without gyro); whether the median |residual|
-        (cell depths fitted) is below rotation_start_residual of the median |flow|, or half
-        of that on the tenth of the flows with the smallest |a . d| (False unless accuracy).
+        signs: compute the sign disagreement (with the gyroscope mode's slow-flow weights,
+        whatever omega came from); accuracy: also the accuracy check (the gyroscope-bias
+        measurement's). Returns (translation_ratio, sign_disagreement, accurate): the median
+        |fitted translational normal flow| over the median |rotational|; the share of the
+        sign vote's weight that contradicts the direction's cheirality (0 unless signs);
+        whether the median |residual| (cell depths fitted) is below rotation_start_residual
+        of the median |flow|, or half of that on the tenth of the flows with the smallest
+        |a . d| (False unless accuracy).
         """
         config = self.config
         return self._extension.checks(
             window.a_rows, window.g_rows, window.m, window.weight,
-            window.slow if gyro else None, window.starts, window.robust,
+            window.slow if signs else None, window.starts, window.robust,
             np.ascontiguousarray(direction, np.float64), np.ascontiguousarray(omega, np.float64),
             (config.huber_scale, config.rotation_error,
              config.rotation_start_residual if accuracy else -1.0))
