@@ -61,3 +61,16 @@ def test_flow_windows_cut_by_the_flows_times_with_their_events_truth():
     gyro_t, gyro_w, bias = motion_suite.gyro_samples(scene.trajectory, duration_s, 1)
     np.testing.assert_array_equal(data['gyro_rad_s'], gyro_w)
     assert 0 < data['ratio'][1] < np.inf
+
+
+def test_a_models_flows_are_cached_under_its_name(tmp_path):
+    """--motion-flow model --model M: M's flows, never the default model's from the cache."""
+    np.savez(tmp_path / 'corridor-7-0.24-model.npz', marker=np.array(1))
+    np.savez(tmp_path / 'corridor-7-0.24-model-my_model.npz', marker=np.array(2))
+    load = evaluate_motions.load_sequence
+    assert load('corridor', 7, 0.24, 'model', str(tmp_path))['marker'] == 1
+    assert load('corridor', 7, 0.24, 'model', str(tmp_path),
+                model='/models/my_model.npz')['marker'] == 2
+    # The exact flows do not depend on the model.
+    np.savez(tmp_path / 'corridor-7-0.24-normal.npz', marker=np.array(3))
+    assert load('corridor', 7, 0.24, 'normal', str(tmp_path), model='my_model')['marker'] == 3

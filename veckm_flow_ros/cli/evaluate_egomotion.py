@@ -108,7 +108,8 @@ def run(args) -> int:
         from veckm_flow_ros.offline import evaluate_motions
         rows = evaluate_motions.evaluate(args.motions, args.count, duration_s=args.duration,
                                          flow=args.motion_flow, config=config,
-                                         cache_dir=args.cache_dir, quiet=args.quiet)
+                                         cache_dir=args.cache_dir, quiet=args.quiet,
+                                         model=args.model)
         print(evaluate_motions.table(rows))
         return 0
     results = evaluation.evaluate_specs(

@@ -27,6 +27,7 @@ relative time-to-contact error per region.
 import dataclasses
 import math
 import os
+import pathlib
 import sys
 
 import numpy as np
@@ -44,22 +45,26 @@ def _angle_deg(a, b):
     return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
 
 
-def load_sequence(kind, seed, duration_s, flow, cache_dir=None, window_s=0.03):
+def load_sequence(kind, seed, duration_s, flow, cache_dir=None, window_s=0.03, model=None):
     """
     Windows of one sequence as arrays (dict), from cache_dir when there.
 
     flow: 'normal' or 'full' (motion_suite.window_flows), or 'model': events simulated
-    (learning.simulate3d, slow) and the flows the flow node would publish.
+    (learning.simulate3d, slow) and the flows the flow node would publish with `model`
+    (a shipped name or checkpoint path; None: the default model). A model other than the
+    default is part of the cache file's name.
     """
     path = None
     if cache_dir:
         window = '' if window_s == 0.03 else f'-{window_s * 1e3:g}ms'
-        path = os.path.join(cache_dir, f'{kind}-{seed}-{duration_s:g}-{flow}{window}.npz')
+        name = '' if model is None or flow != 'model' else f'-{pathlib.Path(model).stem}'
+        path = os.path.join(cache_dir,
+                            f'{kind}-{seed}-{duration_s:g}-{flow}{window}{name}.npz')
         if os.path.exists(path):
             with np.load(path) as data:
                 return {k: data[k] for k in data.files}
     if flow == 'model':
-        out = _model_sequence(kind, seed, duration_s, window_s)
+        out = _model_sequence(kind, seed, duration_s, window_s, model)
         if path:
             os.makedirs(cache_dir, exist_ok=True)
             np.savez_compressed(path, **out)
@@ -87,13 +92,13 @@ def load_sequence(kind, seed, duration_s, flow, cache_dir=None, window_s=0.03):
     return out
 
 
-def _model_sequence(kind, seed, duration_s, window_s=0.03):
+def _model_sequence(kind, seed, duration_s, window_s=0.03, model=None):
     """load_sequence's dict for the flow model's flows of simulated events."""
     from veckm_flow_ros.learning.simulate3d import simulate3d
     from veckm_flow_ros.offline.evaluate_egomotion import sequence_flows
     scene = motion_suite.make_motion_scene(kind, seed)
     sequence = simulate3d(scene, duration_s, seed=seed)
-    flows, _ = sequence_flows(sequence, 'estimated')
+    flows, _ = sequence_flows(sequence, 'estimated', model=model)
     return flow_windows(scene, sequence, flows, duration_s, window_s)
 
 
@@ -289,12 +294,13 @@ def as_components(data):
 
 
 def evaluate(split='tuning', count=4, kinds=motion_suite.MOTION_KINDS, duration_s=0.6,
-             flow='normal', config=None, cache_dir=None, quiet=False):
+             flow='normal', config=None, cache_dir=None, quiet=False, model=None):
     """
     Run every kind of a split in both modes; returns [(kind, mode, row)].
 
     flow: 'normal', 'full' (the full flow as one normal flow along itself), 'components'
-    (the full flow as two normal flows, as_components; max_flows doubled) or 'model'.
+    (the full flow as two normal flows, as_components; max_flows doubled) or 'model' (the
+    flows of `model`: a shipped name or checkpoint path, None for the default model).
     """
     config = config or EgomotionConfig()
     if flow == 'components':
@@ -302,7 +308,7 @@ def evaluate(split='tuning', count=4, kinds=motion_suite.MOTION_KINDS, duration_
     rows = []
     for kind in kinds:
         datas = [load_sequence(kind, seed, duration_s, 'full' if flow == 'components' else flow,
-                               cache_dir, config.window_s)
+                               cache_dir, config.window_s, model)
                  for seed in motion_suite.split_seeds(split, count)]
         if flow == 'components':
             datas = [as_components(data) for data in datas]
