@@ -33,7 +33,6 @@ one known difference is that Humble's event handlers are rclpy.qos_event.QoSEven
 module was renamed rclpy.event_handler later).
 """
 
-
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
